@@ -1,0 +1,144 @@
+"""ModelSpec: what the memory model needs to know about an architecture, and exact parameter counts.
+
+A ``ModelSpec`` is built from a Hugging Face ``config.json`` (``trainmem.model.hf``) and carries
+the raw config so that the tracer can build the very same ``transformers`` model.
+Conventions: ``h`` = hidden_size, ``a`` = num_attention_heads, ``kv`` = num_key_value_heads,
+``d`` = head_dim, ``V`` = vocab_size, ``L`` = num_layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["LayerParams", "ParamCounts", "ModelSpec"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerParams:
+    """Exact parameter counts of one decoder (or encoder) layer, by component."""
+
+    attention: int
+    """q/k/v/o projections (and MLA's low-rank projections and their norms), biases included."""
+    norms: int
+    """The layer's own norm weights/biases (input, post-attention, pre/post-feedforward...)."""
+    mlp: int
+    """Dense MLP (0 in a MoE layer without a dense branch)."""
+    experts: int = 0
+    """All routed experts of this layer together (0 in a dense layer)."""
+    shared_experts: int = 0
+    """Shared (always-on) experts and their gate, if any."""
+    router: int = 0
+    """Router / gate weights (and DeepSeek's e_score_correction_bias is a buffer, not counted)."""
+    matmul: int = 0
+    """Parameters that are weights of matmuls (nn.Linear weights; experts' grouped weights). Under
+    torch AMP each of these is cast to 16 bits and that copy is saved for backward."""
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.norms + self.mlp + self.experts + self.shared_experts + self.router
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParamCounts:
+    """Exact parameter counts, equal to ``sum(p.numel() for p in model.parameters())`` of the
+    ``transformers`` model built from the same config (tied weights counted once)."""
+
+    embedding: int
+    """Token embedding (V·h)."""
+    position_embedding: int
+    """Learned absolute positions (gpt2, bert) and token-type embeddings (bert); else 0."""
+    layers: tuple[LayerParams, ...]
+    final_norm: int
+    """Final norm of the decoder (or the embeddings' LayerNorm for bert-style encoders)."""
+    lm_head: int
+    """Output projection V·h (+ bias); 0 when tied to the embedding. For *ForMaskedLM this is the
+    MLM head (transform dense + LayerNorm + decoder bias; decoder weight tied)."""
+    other: int = 0
+    """Anything else (pooler, etc.)."""
+
+    @property
+    def total(self) -> int:
+        return (self.embedding + self.position_embedding + sum(l.total for l in self.layers)
+                + self.final_norm + self.lm_head + self.other)
+
+    @property
+    def layers_total(self) -> int:
+        return sum(l.total for l in self.layers)
+
+    @property
+    def expert_total(self) -> int:
+        """Routed-expert parameters of the whole model (what expert parallelism shards)."""
+        return sum(l.experts for l in self.layers)
+
+    @property
+    def largest_layer(self) -> int:
+        return max((l.total for l in self.layers), default=0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """An architecture, as far as training memory is concerned."""
+
+    name: str
+    """Catalog name or the path/id the user gave."""
+    model_type: str
+    """HF ``model_type`` (llama, qwen2, gemma2, mixtral, deepseek_v3, gpt2, bert, ...)."""
+    architecture: str
+    """HF class the tracer builds: ``LlamaForCausalLM``, ``BertForMaskedLM``, ..."""
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    """Per-head dim of q/k (for MLA: qk_nope_head_dim + qk_rope_head_dim)."""
+    v_head_dim: int
+    """Per-head dim of v (= head_dim except MLA)."""
+    intermediate_size: int
+    """Dense MLP width (DeepSeek: of the first_k_dense layers)."""
+    vocab_size: int
+    tie_word_embeddings: bool
+    mlp_gated: bool
+    """SwiGLU/GeGLU style gate*up (llama, qwen, gemma, phi3, mixtral experts); False for GPT-2 style."""
+    hidden_act: str
+    norm: Literal["rmsnorm", "layernorm"]
+    position: Literal["rope", "learned", "alibi", "none"]
+    max_position_embeddings: int
+    parallel_residual: bool = False
+    """Attention and MLP read the same input (gpt_neox use_parallel_residual, falcon parallel_attn)."""
+    is_encoder: bool = False
+    """Bidirectional encoder (bert, roberta) trained with a masked-LM head."""
+    # Mixture of experts (0 = dense model)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int = 0
+    moe_layer_indices: tuple[int, ...] = ()
+    """Indices of the layers whose MLP is a MoE block."""
+    # Multi-head latent attention (DeepSeek-V2/V3); None otherwise
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    # Extras that change activation memory
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    sliding_window: int | None = None
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+    params: ParamCounts
+    source: str = ""
+    """Where the config came from (catalog citation, path or hub id)."""
+    approximate_shape: bool = False
+    """True for a bare size like ``7B``: counts are the requested size, the shape a Llama-2-style guess."""
+    hf_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The raw HF config dict, so the tracer can build the same model."""
+
+    @property
+    def n_params(self) -> int:
+        return self.params.total
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0

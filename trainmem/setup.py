@@ -1,0 +1,213 @@
+"""The training setup: one validated, typed object that every estimate, trace and plan takes.
+
+Defaults (the published table; ``trainmem estimate --help`` shows the same):
+
+=================  ==============  ==========================================================
+field              default         meaning
+=================  ==============  ==========================================================
+engine             torch           plain PyTorch/transformers loop (DDP when dp > 1)
+precision          amp-bf16        (torch/fsdp2); mixed-bf16 for deepspeed/megatron
+optimizer          adamw           torch.optim.AdamW, foreach, weight decay 0.01
+seq_len            2048            tokens per sequence
+micro_batch        1               sequences per micro-batch per data-parallel rank
+grad_accum         1               micro-batches per optimizer step
+recompute          none            none | selective | full
+attn               sdpa            sdpa | flash | eager
+gpus               1               world size
+dp                 gpus/(tp·pp·cp) data-parallel degree
+tp, pp, cp, ep     1               tensor / pipeline / context / expert parallel degree
+vpp                1               virtual pipeline chunks per stage (interleaved 1F1B)
+sp                 False           Megatron sequence parallelism (needs tp > 1)
+zero               engine default  torch 0, fsdp2 3, deepspeed 0, megatron 0
+offload            none            none | optimizer | optimizer+params
+lora_rank          0               0 = full fine-tuning
+qlora              False           NF4 base weights (needs lora_rank > 0)
+gpu                H100-SXM-80G    a name from the hardware catalog
+=================  ==============  ==========================================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trainmem.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trainmem.model.spec import ModelSpec
+
+__all__ = ["TrainingSetup", "make_setup", "validate_for_model", "Engine", "Precision", "Optimizer",
+           "Recompute", "Attn", "Offload", "RECIPES", "DEFAULT_LORA_TARGETS"]
+
+Engine = Literal["torch", "fsdp2", "deepspeed", "megatron"]
+Precision = Literal["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16"]
+Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adamw-8bit", "adafactor", "lion"]
+Recompute = Literal["none", "selective", "full"]
+Attn = Literal["sdpa", "flash", "eager"]
+Offload = Literal["none", "optimizer", "optimizer+params"]
+
+#: Precision recipes each engine really has.
+RECIPES: dict[str, tuple[str, ...]] = {
+    "torch": ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16"),
+    "fsdp2": ("fp32", "bf16", "amp-bf16", "amp-fp16"),
+    "deepspeed": ("fp32", "mixed-bf16", "mixed-fp16"),
+    "megatron": ("fp32", "mixed-bf16", "mixed-fp16"),
+}
+_RECIPE_HINT = {"torch": "amp-bf16 or bf16", "fsdp2": "amp-bf16 or bf16",
+                "deepspeed": "mixed-bf16 or mixed-fp16", "megatron": "mixed-bf16 or mixed-fp16"}
+_ZERO = {"torch": (0,), "fsdp2": (2, 3), "deepspeed": (0, 1, 2, 3), "megatron": (0, 1)}
+_ZERO_DEFAULT = {"torch": 0, "fsdp2": 3, "deepspeed": 0, "megatron": 0}
+#: PEFT's usual LLaMA targets; "all-linear" means every nn.Linear of the decoder layers.
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+class TrainingSetup(BaseModel):
+    """A validated training setup. Build it with :func:`make_setup` to get one-line errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: Engine = "torch"
+    precision: Precision | None = None
+    optimizer: Optimizer = "adamw"
+    seq_len: int = Field(2048, ge=1)
+    micro_batch: int = Field(1, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    recompute: Recompute = "none"
+    attn: Attn = "sdpa"
+    gpus: int = Field(1, ge=1)
+    dp: int | None = Field(None, ge=1)
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    cp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    vpp: int = Field(1, ge=1)
+    sp: bool = False
+    zero: int | None = Field(None, ge=0, le=3)
+    offload: Offload = "none"
+    lora_rank: int = Field(0, ge=0)
+    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    qlora: bool = False
+    gpu: str = "H100-SXM-80G"
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainingSetup":
+        e = self.engine
+        # Engine-dependent defaults are filled in here so that every consumer sees final values.
+        if self.precision is None:
+            object.__setattr__(self, "precision", "amp-bf16" if e in ("torch", "fsdp2") else "mixed-bf16")
+        if self.zero is None:
+            object.__setattr__(self, "zero", _ZERO_DEFAULT[e])
+        if self.dp is None:
+            denom = self.tp * self.pp * self.cp
+            if self.gpus % denom:
+                raise ValueError(f"gpus({self.gpus}) is not divisible by tp({self.tp}) * pp({self.pp}) * cp({self.cp}) = {denom}")
+            object.__setattr__(self, "dp", self.gpus // denom)
+        p = self.precision
+        if p not in RECIPES[e]:
+            raise ValueError(f"{p} is not a recipe of the {e} engine; use {_RECIPE_HINT[e]}")
+        if self.dp * self.tp * self.pp * self.cp != self.gpus:
+            raise ValueError(f"dp({self.dp}) * tp({self.tp}) * pp({self.pp}) * cp({self.cp}) != gpus({self.gpus})")
+        if self.zero not in _ZERO[e]:
+            raise ValueError(f"zero({self.zero}) is not available on the {e} engine; choose one of {list(_ZERO[e])}")
+        if e == "torch" and (self.tp, self.pp, self.cp, self.ep) != (1, 1, 1, 1):
+            raise ValueError("the torch engine is data parallel only (DDP); tp/pp/cp/ep need --engine megatron or fsdp2")
+        if e == "deepspeed" and (self.tp, self.pp, self.cp) != (1, 1, 1):
+            raise ValueError("tp/pp/cp are not modelled for the deepspeed engine; use --engine megatron for 3D parallelism")
+        if self.sp and e != "megatron":
+            raise ValueError("--sp (sequence parallelism) is a megatron option")
+        if self.sp and self.tp == 1:
+            raise ValueError("--sp needs tp > 1 (sequence parallelism splits the tp group's activations)")
+        if self.vpp > 1 and self.pp == 1:
+            raise ValueError(f"vpp({self.vpp}) needs pp > 1")
+        if self.ep > 1 and (self.dp * self.cp * self.tp) % self.ep:
+            raise ValueError(f"ep({self.ep}) does not divide dp({self.dp}) * cp({self.cp}) * tp({self.tp})")
+        if self.cp > 1 and self.seq_len % (2 * self.cp):
+            raise ValueError(f"seq_len({self.seq_len}) is not divisible by 2 * cp({self.cp}) (load-balanced context parallelism)")
+        if self.sp and self.seq_len % self.tp:
+            raise ValueError(f"seq_len({self.seq_len}) is not divisible by tp({self.tp}) with --sp")
+        if self.attn == "flash" and p == "fp32":
+            raise ValueError("flash attention needs 16-bit compute; fp32 cannot use --attn flash")
+        if self.offload != "none":
+            if e == "torch":
+                raise ValueError("offload needs an engine that does it: deepspeed (zero >= 1), fsdp2 or megatron")
+            if e == "deepspeed" and self.zero == 0:
+                raise ValueError("deepspeed offload needs zero >= 1 (ZeRO-Offload)")
+            if e == "deepspeed" and self.offload == "optimizer+params" and self.zero != 3:
+                raise ValueError(f"deepspeed offload of parameters needs zero 3, got zero({self.zero})")
+            if e == "fsdp2" and self.offload != "optimizer+params":
+                raise ValueError("fsdp2's CPUOffloadPolicy offloads parameters, gradients and optimizer together; use --offload optimizer+params")
+            if e == "megatron" and (self.offload != "optimizer" or self.zero != 1):
+                raise ValueError("megatron offloads the optimizer only (--optimizer-cpu-offload), with the distributed optimizer (--zero 1)")
+            if self.optimizer == "adamw-8bit":
+                raise ValueError("adamw-8bit (bitsandbytes) cannot be offloaded")
+        if self.qlora and self.lora_rank == 0:
+            raise ValueError("--qlora needs --lora-rank > 0")
+        if self.lora_rank and e == "megatron":
+            raise ValueError("LoRA is not modelled for the megatron engine; use torch, fsdp2 or deepspeed")
+        if self.qlora and p == "fp32":
+            raise ValueError("--qlora computes in 16 bits; use amp-bf16 or bf16")
+        if not self.lora_targets:
+            raise ValueError("lora_targets is empty")
+        return self
+
+    # -- derived quantities -------------------------------------------------------------------
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        return self.micro_batch * self.seq_len
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step over the whole job."""
+        return self.micro_batch * self.grad_accum * self.dp
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora_rank > 0
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(x) for x in first.get("loc", ()))
+    msg = first.get("msg", str(err))
+    msg = msg.removeprefix("Value error, ")
+    if loc:
+        value = first.get("input")
+        return f"{loc.replace('_', '-')}: {msg} (got {value!r})"
+    return msg
+
+
+def make_setup(**fields: object) -> TrainingSetup:
+    """Build a :class:`TrainingSetup`, turning pydantic's report into one :class:`ConfigError` line.
+
+    ``None`` values are dropped so that CLI flags left unset fall back to the defaults.
+    """
+    clean = {k: v for k, v in fields.items() if v is not None}
+    if isinstance(clean.get("lora_targets"), str):
+        clean["lora_targets"] = tuple(t.strip() for t in str(clean["lora_targets"]).split(",") if t.strip())
+    try:
+        return TrainingSetup(**clean)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err)) from None
+
+
+def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
+    """Checks that need the model: divisibility of heads, layers and experts."""
+    a, kv = spec.num_attention_heads, spec.num_kv_heads
+    if a % setup.tp:
+        raise ConfigError(f"tp({setup.tp}) does not divide num_attention_heads({a})")
+    if setup.tp > 1 and kv % setup.tp and setup.tp % kv:
+        raise ConfigError(f"tp({setup.tp}) and num_key_value_heads({kv}): neither divides the other")
+    if setup.pp > spec.num_layers:
+        raise ConfigError(f"pp({setup.pp}) > num_layers({spec.num_layers})")
+    if setup.vpp > 1 and spec.num_layers % (setup.pp * setup.vpp):
+        raise ConfigError(f"num_layers({spec.num_layers}) is not divisible by pp({setup.pp}) * vpp({setup.vpp})")
+    if setup.ep > 1:
+        if not spec.is_moe:
+            raise ConfigError(f"ep({setup.ep}) needs a mixture-of-experts model; {spec.name} is dense")
+        if spec.num_experts % setup.ep:
+            raise ConfigError(f"ep({setup.ep}) does not divide num_experts({spec.num_experts})")
+    if spec.is_encoder and setup.engine == "megatron":
+        raise ConfigError("encoder models (bert/roberta) are not modelled for the megatron engine")
+    if setup.seq_len > spec.max_position_embeddings and spec.position == "learned":
+        raise ConfigError(f"seq_len({setup.seq_len}) > max_position_embeddings({spec.max_position_embeddings}) of a model with learned positions")
