@@ -1,0 +1,461 @@
+"""Simulate one steady-state optimizer step on the most loaded rank and report its peak.
+
+The step is a timeline of allocations and frees (``Timeline``): every micro-batch's forward layer by
+layer, the loss, the backward layer by layer (with the gradients each engine creates, accumulates or
+reduces), the optimizer step with its temporaries, and ``zero_grad``. The peak is the largest total
+along that timeline, not a sum of per-category maxima.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainmem.errors import UnsupportedError
+from trainmem.hardware import GPU, get_gpu
+from trainmem.memory.activations import (compute_bytes, embedding_saved, head_saved, is_amp,
+                                         layer_saved, model_wide_saved_bytes, residual_bytes)
+from trainmem.memory.loss import loss_buffers
+from trainmem.memory.overhead import cuda_only_allocated_bytes, device_total_bytes, reserved_bytes
+from trainmem.memory.states import (RankParams, stage_layers, optimizer_state_bytes, optimizer_step_temp_bytes,
+                                    param_bytes_per_elem, qlora_base_bytes, rank_params)
+from trainmem.memory.timeline import CATEGORIES, Timeline
+from trainmem.model.spec import ModelSpec
+from trainmem.setup import TrainingSetup, validate_for_model
+
+__all__ = ["MemoryEstimate", "estimate"]
+
+#: DeepSpeed defaults (deepspeed/runtime/zero/config.py): elements.
+DS_REDUCE_BUCKET = 500_000_000
+DS_PREFETCH_BUCKET = 50_000_000
+DS_PARAM_PERSISTENCE = 100_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryEstimate:
+    model: str
+    gpu: str
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    device_total_bytes: int
+    gpu_memory_bytes: int
+    static_bytes: int
+    breakdown_at_peak_bytes: dict[str, int]
+    category_peak_bytes: dict[str, int]
+    peak_phase: str
+    host_memory_bytes: int
+    fits: bool
+    headroom_bytes: int
+    timeline: list[tuple[str, int]]
+    n_params: int
+    n_trainable_params: int
+    stage: int
+    activation_bytes_per_layer: int
+    cuda_only_bytes: int
+    """Allocated on a GPU but invisible to a CPU trace (cuBLAS workspace)."""
+    assumptions: list[str] = field(default_factory=list)
+    setup: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model, "gpu": self.gpu,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "device_total_bytes": self.device_total_bytes,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "static_bytes": self.static_bytes,
+            "breakdown_at_peak_bytes": dict(self.breakdown_at_peak_bytes),
+            "category_peak_bytes": dict(self.category_peak_bytes),
+            "peak_phase": self.peak_phase,
+            "host_memory_bytes": self.host_memory_bytes,
+            "fits": self.fits, "headroom_bytes": self.headroom_bytes,
+            "timeline": [{"phase": p, "allocated_bytes": b} for p, b in self.timeline],
+            "n_params": self.n_params, "n_trainable_params": self.n_trainable_params,
+            "pipeline_stage": self.stage,
+            "activation_bytes_per_layer": self.activation_bytes_per_layer,
+            "cuda_only_bytes": self.cuda_only_bytes,
+            "assumptions": list(self.assumptions),
+            "setup": dict(self.setup),
+        }
+
+
+@dataclass
+class _States:
+    params: int = 0
+    master: int = 0
+    grads_static: int = 0
+    states: int = 0
+    comm_static: int = 0
+    host: int = 0
+    grad_elem: int = 4          # bytes of a (local) gradient element
+    grad_shard: int = 1         # divisor of gradients kept on this rank
+    step_grad_fp32: int = 0     # fp32 gradient copy built at step() (DeepSpeed/FP16_Optimizer)
+    step_temp: int = 0
+    unsharded_elem: int = 0     # fsdp2/zero-3: bytes of a gathered parameter element
+
+
+def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str]) -> _States:
+    e, z, dp = s.engine, s.zero, s.dp
+    pb = param_bytes_per_elem(s)
+    st = _States()
+    T = rp.trainable
+    frozen = rp.total - T
+    lora = s.is_lora
+    if lora:
+        # PEFT keeps adapters in fp32 (autocast_adapter_dtype=True); the frozen base is 16-bit
+        # (or NF4 for the quantised matmul weights with --qlora).
+        train_elem = 4
+        if s.qlora:
+            base = qlora_base_bytes(rp.frozen_quantized) + 2 * (frozen - rp.frozen_quantized)
+            notes.append("QLoRA: NF4 base weights, block 64, double quantisation (≈0.516 B/weight); "
+                         "embeddings, norms and LM head 16-bit")
+        else:
+            base = frozen * (4 if s.precision == "fp32" else 2)
+        notes.append("LoRA: adapters fp32 (PEFT default), base frozen; only adapters have gradients and optimizer state")
+    else:
+        train_elem = pb
+        base = 0
+    if e == "torch":
+        st.params = base + T * train_elem
+        st.grad_elem = train_elem
+        st.states = optimizer_state_bytes(s, T, train_elem, spec)
+        st.step_temp = optimizer_step_temp_bytes(s, T, train_elem, train_elem)
+        if dp > 1:
+            # DDP Reducer allocates one flat bucket tensor per bucket (gradient_as_bucket_view=False):
+            # together a second copy of every trainable gradient (torch/csrc/distributed/c10d/reducer.cpp).
+            st.comm_static = T * train_elem
+            notes.append("DDP: bucket buffers hold a second copy of the gradients (gradient_as_bucket_view=False, the default)")
+        return st
+    if e == "fsdp2":
+        off = s.offload == "optimizer+params"
+        st.unsharded_elem = 4 if s.precision == "fp32" else 2
+        shard_param = base // dp + T * train_elem // dp
+        st.grad_elem = train_elem
+        st.grad_shard = dp
+        states = optimizer_state_bytes(s, -(-T // dp), train_elem, spec)
+        if off:
+            st.host = shard_param + T * train_elem // dp + states
+            notes.append("FSDP2 CPUOffloadPolicy: sharded parameters, gradients and optimizer states live in pinned host memory; the step runs on the CPU")
+            return st
+        st.params = shard_param
+        st.states = states
+        st.step_temp = optimizer_step_temp_bytes(s, -(-T // dp), train_elem, train_elem)
+        return st
+    if e == "deepspeed":
+        if s.precision == "fp32":
+            st.params, st.grad_elem = 4 * rp.total, 4
+            st.states = optimizer_state_bytes(s, T // (dp if z >= 1 else 1), 4, spec)
+            return st
+        shard = dp if z >= 1 else 1
+        st.params = 2 * rp.total // (dp if z == 3 else 1)
+        st.master = 4 * T // shard
+        st.states = optimizer_state_bytes(s, T // shard, 4, spec)
+        st.grad_elem = 2
+        st.grad_shard = dp if z >= 2 else 1
+        st.step_grad_fp32 = 4 * T // shard
+        st.unsharded_elem = 2
+        if s.offload != "none":
+            st.host = st.master + st.states + st.step_grad_fp32 + (st.params if s.offload == "optimizer+params" else 0)
+            st.master = st.states = st.step_grad_fp32 = 0
+            if s.offload == "optimizer+params":
+                st.params = 0
+            notes.append("DeepSpeed ZeRO-Offload: fp32 master weights, optimizer states and the fp32 gradient partition in pinned host memory; DeepSpeedCPUAdam steps on the CPU")
+        notes.append(f"DeepSpeed defaults: reduce_bucket_size=allgather_bucket_size={DS_REDUCE_BUCKET:.0e} elements, "
+                     "FusedAdam (no foreach temporaries), contiguous_gradients=true, overlap_comm=false")
+        return st
+    if e == "megatron":
+        shard = dp * s.cp if z == 1 else 1
+        if s.precision == "fp32":
+            st.params, st.grads_static, st.grad_elem = 4 * rp.total, 4 * T, 4
+            st.states = optimizer_state_bytes(s, T // shard, 4, spec)
+            return st
+        st.params = 2 * rp.total
+        st.grads_static = 4 * T  # fp32 main-grad buffer, full size, persistent
+        st.grad_elem = 4
+        st.master = 4 * T // shard
+        st.states = optimizer_state_bytes(s, T // shard, 4, spec)
+        if s.offload == "optimizer":
+            st.host = st.master + st.states
+            st.master = st.states = 0
+            notes.append("Megatron --optimizer-cpu-offload: fp32 master weights and Adam states on the host")
+        notes.append("Megatron: bf16 params, persistent fp32 main-grad buffer, FusedAdam; "
+                     + ("distributed optimizer shards master+states over dp·cp" if z == 1 else "optimizer replicated"))
+        return st
+    raise UnsupportedError(f"engine {e} is not modelled")
+
+
+def _saved_per_layer(spec: ModelSpec, s: TrainingSetup, idx: int, amp_copies: int) -> int:
+    return layer_saved(spec, s, idx).total_bytes + amp_copies
+
+
+def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -> tuple[Timeline, RankParams, _States, int]:
+    rp = rank_params(spec, s, stage)
+    st = _model_states(spec, s, rp, notes)
+    tl = Timeline()
+    e = s.engine
+    first, last = stage == 0, stage == s.pp - 1
+    amp = is_amp(s)
+    c, r = compute_bytes(s), residual_bytes(s)
+    T_tok = s.micro_batch * s.seq_len // s.cp
+    h = spec.hidden_size
+    layer_ids = list(stage_layers(spec.num_layers, s.pp, stage))
+    n_layers = len(layer_ids)
+    # -- static state at the start of a steady step -------------------------------------------
+    tl.alloc("params", "parameters", st.params)
+    tl.alloc("master", "master_weights", st.master)
+    tl.alloc("states", "optimizer_states", st.states)
+    tl.alloc("grad_buffer", "gradients", st.grads_static)
+    tl.alloc("ddp_buckets", "communication_buffers", st.comm_static)
+    tl.mark("step start")
+    # Per-layer parameter sizes for gradient creation.
+    layer_params = list(rp.layers)
+    trainable_frac = (rp.trainable / rp.total) if rp.total else 0.0
+    layer_train = [int(p * trainable_frac) if not s.is_lora else rp.trainable // max(1, n_layers) for p in layer_params]
+    head_train = 0 if s.is_lora else (rp.lm_head if last else 0)
+    emb_train = 0 if s.is_lora else (rp.embedding if first else 0)
+    fsdp = e == "fsdp2"
+    zero3 = (e == "deepspeed" and s.zero == 3)
+    # AMP on the torch engine: matmuls save 16-bit copies of the fp32 weights (autocast's weight-cast
+    # cache keeps every copy until the autocast region ends; the ones matmuls saved live until the
+    # layer's backward). FSDP2 with param_dtype=bf16 gathers 16-bit weights directly: no copies.
+    amp_copy = amp and not fsdp
+    frozen16 = s.is_lora and not amp
+    copies = [2 * mm if amp_copy and not (s.qlora) else 0 for mm in rp.layer_matmul]
+    if s.qlora:
+        # bitsandbytes dequantises each NF4 weight to 16 bits for the matmul and frees it after.
+        notes.append("QLoRA: each NF4 weight is dequantised to a 16-bit temporary for its matmul")
+    head_copy = 2 * (spec.params.lm_head or spec.params.embedding) // s.tp if (amp_copy and last and not spec.is_encoder) else 0
+    del frozen16
+    # Pipeline: stage i of p keeps min(p - i, m) micro-batches in flight (1F1B); interleaving with
+    # v chunks adds (p - 1)/(p·v) on the first stage (Megatron's memory report).
+    m = s.grad_accum
+    in_flight = min(s.pp - stage, m) if s.pp > 1 else 1
+    vpp_factor = 1.0 + (s.pp - 1) / (s.pp * s.vpp) - 1.0 / s.vpp if (s.vpp > 1 and stage == 0) else 0.0
+    loss = loss_buffers(spec, s)
+    saved = [_saved_per_layer(spec, s, i, 0) for i in layer_ids]
+    act_per_layer = saved[0] if saved else 0
+    wide = model_wide_saved_bytes(spec, s)
+    ckpt_input = r * T_tok * h // (1 if s.sp else 1) // (s.tp if s.sp else 1)
+    recompute = s.recompute
+    if recompute == "selective":
+        saved_eff = [_selective(spec, s, i) for i in layer_ids]
+    elif recompute == "full":
+        saved_eff = [ckpt_input for _ in layer_ids]
+    else:
+        saved_eff = saved
+    i_eff = max(spec.intermediate_size, spec.num_experts_per_tok * spec.moe_intermediate_size) // s.tp
+    bwd_transient = r * T_tok * h + 2 * c * T_tok * i_eff
+    grads_live = st.grads_static > 0
+
+    def unit_gather(key: str, n_params: int) -> None:
+        if (fsdp or zero3) and not tl.has(key):
+            tl.alloc(key, "parameters", st.unsharded_elem * n_params)
+
+    def grad_alloc(key: str, n: int, mb: int) -> None:
+        """Gradients of n (trainable) parameters produced in backward of micro-batch mb."""
+        if n <= 0:
+            return
+        if e == "megatron":
+            # main_grad += grad (16-bit grad freed right away)
+            tl.spike(key + ":bf16", "temporaries", 2 * n)
+            return
+        if e == "deepspeed":
+            if s.zero >= 2:
+                # grads are copied into the reduce bucket and the partition; the 16-bit grad is freed
+                tl.spike(key + ":bf16", "temporaries", 2 * n)
+                if not tl.has("grad_partition"):
+                    tl.alloc("grad_partition", "gradients", 2 * rp.trainable // s.dp)
+                return
+            if not tl.has(key):
+                tl.alloc(key, "gradients", 2 * n)
+            else:
+                tl.spike(key + ":new", "temporaries", 2 * n)
+            return
+        if fsdp:
+            # unsharded grad (compute dtype) → reduce-scatter input (fp32 reduce) → sharded fp32 grad
+            tl.alloc(key + ":unsharded", "temporaries", st.unsharded_elem * n)
+            tl.free_prefix("rs_input_prev")
+            rs_elem = 4 if s.precision != "bf16" else 2
+            tl.alloc("rs_input_prev" + key, "communication_buffers", rs_elem * n)
+            tl.free(key + ":unsharded")
+            if not tl.has(key):
+                tl.alloc(key, "gradients", st.grad_elem * n // s.dp)
+            else:
+                tl.spike(key + ":new", "temporaries", st.grad_elem * n // s.dp)
+            return
+        # torch engine: AccumulateGrad steals the first gradient; later ones are added in place.
+        if amp and not s.is_lora:
+            tl.alloc(key + ":16", "temporaries", 2 * n)
+        if not tl.has(key):
+            tl.alloc(key, "gradients", st.grad_elem * n)
+        else:
+            tl.spike(key + ":new", "temporaries", st.grad_elem * n)
+        tl.free(key + ":16")
+
+    # -- micro-batches ---------------------------------------------------------------------------
+    n_mb = m if s.pp == 1 else in_flight
+    for mb in range(n_mb):
+        tl.mark(f"forward mb{mb}")
+        if first:
+            if fsdp:
+                unit_gather("root", rp.embedding + rp.lm_head) if not tl.has("root") else None
+            tl.alloc(f"emb{mb}", "activations", embedding_saved(spec, s))
+        tl.alloc(f"wide{mb}", "activations", wide)
+        for j, idx in enumerate(layer_ids):
+            unit_gather(f"unit{idx}", layer_params[j])
+            fwd_tmp = 2 * r * T_tok * h
+            if recompute == "full":
+                tl.spike(f"fwdtmp{mb}.{idx}", "activations", saved[j] + fwd_tmp)
+            else:
+                tl.spike(f"fwdtmp{mb}.{idx}", "activations", fwd_tmp)
+            tl.alloc(f"act{mb}.{idx}", "activations", saved_eff[j])
+            tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j])
+            if (fsdp and s.zero == 3) or zero3:
+                tl.free(f"unit{idx}")
+        if vpp_factor:
+            tl.alloc(f"vpp{mb}", "activations", int(vpp_factor * sum(saved_eff)))
+        if last:
+            tl.mark(f"loss mb{mb}")
+            tl.alloc(f"head{mb}", "activations", head_saved(spec, s))
+            tl.alloc(f"hcopy{mb}", "activations", head_copy)
+            tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
+            tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
+            tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes)
+    # Backward of the micro-batch(es) whose activations are alive.
+    for mb in range(n_mb):
+        tl.mark(f"backward mb{mb}")
+        if last:
+            tl.spike(f"lossbwd{mb}", "temporaries", loss.backward_transient_bytes)
+            tl.free(f"losskept{mb}")
+            tl.alloc(f"glogits{mb}", "temporaries", loss.grad_logits_bytes)
+            tl.free(f"upcast{mb}")
+            grad_alloc("g_head", head_train, mb)
+            tl.free(f"glogits{mb}")
+            tl.free(f"logits{mb}")
+            tl.free(f"head{mb}")
+            tl.free(f"hcopy{mb}")
+        tl.alloc(f"gstream{mb}", "temporaries", r * T_tok * h // (s.tp if s.sp else 1))
+        if e == "deepspeed" and s.zero in (1, 2) and s.dp > 1 and mb == n_mb - 1:
+            # contiguous_gradients: one 16-bit reduce bucket (ipg buffer) of reduce_bucket_size elements
+            # is alive through the backward of the boundary micro-batch (stage_1_and_2.py ipg_buffer).
+            tl.alloc("ipg_buffer", "communication_buffers", 2 * min(DS_REDUCE_BUCKET, rp.trainable))
+        for j in reversed(range(n_layers)):
+            idx = layer_ids[j]
+            if fsdp and s.zero == 3 or zero3:
+                unit_gather(f"unit{idx}", layer_params[j])
+                if j > 0:
+                    unit_gather(f"unit{layer_ids[j - 1]}", layer_params[j - 1])  # backward prefetch
+            if recompute != "none":
+                tl.alloc(f"recomp{mb}.{idx}", "activations", saved[j] + (copies[j] if recompute == "full" else 0))
+            tl.alloc(f"bwdtmp{mb}.{idx}", "temporaries", bwd_transient)
+            grad_alloc(f"g{idx}", layer_train[j], mb)
+            tl.free(f"bwdtmp{mb}.{idx}")
+            tl.free(f"act{mb}.{idx}")
+            tl.free(f"recomp{mb}.{idx}")
+            tl.free(f"wcopy{mb}.{idx}")
+            if fsdp or zero3:
+                tl.free(f"unit{idx}")
+        tl.free(f"gstream{mb}")
+        if first:
+            grad_alloc("g_emb", emb_train, mb)
+            tl.free(f"emb{mb}")
+        tl.free(f"wide{mb}")
+        tl.free(f"vpp{mb}")
+        if fsdp:
+            tl.free_prefix("rs_input_prev")
+    tl.free("root")
+    tl.free("ipg_buffer")
+    # -- optimizer step ----------------------------------------------------------------------------
+    tl.mark("optimizer step")
+    if e == "deepspeed" and st.step_grad_fp32:
+        tl.alloc("fp32_grad_partition", "temporaries", st.step_grad_fp32)
+    tl.spike("opt_tmp", "temporaries", st.step_temp)
+    tl.free("fp32_grad_partition")
+    tl.mark("zero_grad")
+    for k in [k for k in list(tl.live) if k.startswith("g") and tl.live[k][0] == "gradients" and k != "grad_buffer"]:
+        tl.free(k)
+    tl.free("grad_partition")
+    tl.mark("step end")
+    del grads_live
+    return tl, rp, st, act_per_layer
+
+
+def _selective(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
+    """Selective recomputation. Megatron (--recompute-granularity selective): the core attention
+    (the s² softmax/dropout terms) is recomputed; with flash/sdpa nothing else changes.
+    torch/fsdp2: torchtitan's op-level policy keeps matmul and attention outputs and recomputes the
+    rest (norms, activations, products), modelled as dropping the norm copies and half the MLP terms."""
+    ls = layer_saved(spec, s, idx)
+    out = 0
+    for t in ls.terms:
+        if t.name in ("softmax_fp32", "probs_16bit", "attn_dropout_mask", "attn_dropout_out", "softcap_tanh"):
+            continue
+        if s.engine in ("torch", "fsdp2"):
+            if t.component == "norm":
+                continue
+            if t.name == "mlp_intermediate":
+                out += t.bytes // 2
+                continue
+        out += t.bytes
+    return out
+
+
+def estimate(spec: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
+    """Peak memory of one steady-state optimizer step on the most loaded rank."""
+    validate_for_model(setup, spec)
+    gpu: GPU = get_gpu(setup.gpu)
+    if setup.precision in ("bf16", "amp-bf16", "mixed-bf16") and not gpu.bf16:
+        from trainmem.errors import ConfigError
+        raise ConfigError(f"gpu {gpu.name} has no bfloat16 support; use fp16 recipes (amp-fp16, mixed-fp16) or fp32")
+    notes: list[str] = []
+    stages = [0] if setup.pp == 1 else sorted({0, setup.pp - 1})
+    best = None
+    for stg in stages:
+        local_notes: list[str] = []
+        tl, rp, st, act = _simulate(spec, setup, stg, local_notes)
+        if best is None or tl.peak > best[0].peak:
+            best = (tl, rp, st, act, stg, local_notes)
+    assert best is not None
+    tl, rp, st, act, stg, local_notes = best
+    notes.extend(local_notes)
+    cuda_only = cuda_only_allocated_bytes(gpu)
+    breakdown = dict(tl.peak_breakdown) or {c: 0 for c in CATEGORIES}
+    breakdown["other"] = breakdown.get("other", 0) + cuda_only
+    peak = tl.peak + cuda_only
+    reserved = reserved_bytes(peak)
+    total = device_total_bytes(reserved, setup)
+    static = tl.current + cuda_only
+    notes.extend(_base_assumptions(spec, setup))
+    if setup.pp > 1:
+        notes.append(f"pipeline: the most loaded stage is stage {stg} of {setup.pp} (1F1B keeps min(p - i, m) micro-batches in flight)")
+    return MemoryEstimate(
+        model=spec.name, gpu=gpu.name, peak_allocated_bytes=peak, peak_reserved_bytes=reserved,
+        device_total_bytes=total, gpu_memory_bytes=gpu.memory_bytes, static_bytes=static,
+        breakdown_at_peak_bytes={c: breakdown.get(c, 0) for c in CATEGORIES},
+        category_peak_bytes=dict(tl.category_peak), peak_phase=tl.peak_phase,
+        host_memory_bytes=st.host, fits=total <= gpu.memory_bytes, headroom_bytes=gpu.memory_bytes - total,
+        timeline=list(tl.points), n_params=spec.n_params,
+        n_trainable_params=_n_trainable(spec, setup), stage=stg, activation_bytes_per_layer=act,
+        cuda_only_bytes=cuda_only, assumptions=notes, setup=setup.model_dump(mode="json"))
+
+
+def _n_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
+    if not setup.is_lora:
+        return spec.n_params
+    from trainmem.memory.states import lora_param_count
+    return lora_param_count(spec, setup) * spec.num_layers
+
+
+def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
+    out = [
+        "steady state: an optimizer step after the first (optimizer states exist), all micro-batches included",
+        "loop: outputs = model(input_ids, labels=labels); (outputs.loss / grad_accum).backward(); the model output "
+        "(logits) is dropped after backward; optimizer.step(); optimizer.zero_grad(set_to_none=True)",
+        "sizes rounded up to 512 B per allocation (CUDA caching allocator)",
+    ]
+    if s.engine in ("torch", "fsdp2"):
+        out.append(f"optimizer torch.optim {s.optimizer} with foreach=True (the CUDA default), weight decay 0.01")
+    if spec.approximate_shape:
+        out.append(f"{spec.name}: " + spec.source)
+    if s.attn == "flash":
+        out.append("attn flash: flash-attention-2 kernels keep q, k, v, output and logsumexp (no s² buffer), native GQA")
+    return out

@@ -1,0 +1,154 @@
+"""Model states per rank: parameters, master weights, gradients, optimizer states.
+
+Each function returns bytes for the most loaded rank. Sources:
+- ZeRO paper (Rajbhandari et al. 2020, §3 and §5): (2 + 2 + K)·Ψ with K = 12 for mixed-precision Adam.
+- torch.optim.AdamW/Adam keep ``exp_avg``/``exp_avg_sq`` in the parameter's dtype (torch/optim/adam.py).
+- Megatron-LM ``megatron/training/theoretical_memory_usage.py``: 18 B/param, or 6 + 12/(dp·cp) with the
+  distributed optimizer; fp32 main grads (``--accumulate-allreduce-grads-in-fp32``).
+- DeepSpeed ``deepspeed/runtime/zero/stage_1_and_2.py``: 16-bit grads, an fp32 gradient partition built in
+  ``step()``, ``reduce_bucket_size``/``allgather_bucket_size`` = 5e8 elements by default.
+- bitsandbytes AdamW8bit: two uint8 states + one fp32 absmax per 2048-element block for tensors with at
+  least 4096 elements (``min_8bit_size``), 32-bit states below that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainmem.memory.activations import lora_shapes
+from trainmem.model.spec import ModelSpec
+from trainmem.setup import TrainingSetup
+
+__all__ = ["RankParams", "rank_params", "param_bytes_per_elem", "optimizer_state_bytes",
+           "optimizer_step_temp_bytes", "qlora_base_bytes", "lora_param_count", "stage_layers"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankParams:
+    """Parameter counts this rank's model replica holds (after tp/pp/ep, before ZeRO/FSDP sharding)."""
+
+    total: int
+    trainable: int
+    matmul: int
+    """Weights of matmuls (cast to 16 bits under autocast)."""
+    embedding: int
+    lm_head: int
+    layers: tuple[int, ...]
+    """Per-layer parameter counts of the layers on this rank (this stage)."""
+    layer_matmul: tuple[int, ...]
+    frozen_quantized: int = 0
+    """QLoRA: base matmul weights stored in NF4."""
+    stage: int = 0
+    n_layers_stage: int = 0
+
+
+def lora_param_count(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """LoRA adapter parameters in one layer: rank·(in + out) per targeted linear."""
+    return sum(setup.lora_rank * (fin + fout) for fin, fout in lora_shapes(spec, setup.lora_targets))
+
+
+def stage_layers(n_layers: int, pp: int, stage: int) -> range:
+    """Megatron/torchtitan split layers evenly; the remainder goes to the first stages."""
+    base, rem = divmod(n_layers, pp)
+    start = stage * base + min(stage, rem)
+    return range(start, start + base + (1 if stage < rem else 0))
+
+
+def rank_params(spec: ModelSpec, setup: TrainingSetup, stage: int = 0) -> RankParams:
+    """Parameters held by one rank of pipeline ``stage``: matmul weights and embeddings ÷ tp
+    (column/row parallel, vocab parallel), routed experts ÷ ep, norms replicated."""
+    pc = spec.params
+    tp, ep = setup.tp, setup.ep
+    layers = [pc.layers[i] for i in stage_layers(spec.num_layers, setup.pp, stage)]
+    per_layer: list[int] = []
+    per_layer_mm: list[int] = []
+    for lp in layers:
+        experts = lp.experts // ep
+        dense = lp.attention + lp.mlp + lp.shared_experts + lp.router
+        n = dense // tp + experts // tp + lp.norms
+        mm_experts = min(lp.matmul, lp.experts)
+        mm = (lp.matmul - mm_experts) // tp + (mm_experts // ep) // tp
+        per_layer.append(n)
+        per_layer_mm.append(mm)
+    first = stage == 0
+    last = stage == setup.pp - 1
+    emb = (pc.embedding + pc.position_embedding) // tp if first else 0
+    head = 0
+    if last:
+        head = pc.lm_head // tp + pc.final_norm + pc.other
+        if spec.tie_word_embeddings and setup.pp > 1:
+            head += pc.embedding // tp  # untied copy on the last stage (Megatron keeps both)
+    total = emb + head + sum(per_layer)
+    lora = lora_param_count(spec, setup) * len(layers) if setup.is_lora else 0
+    mm = sum(per_layer_mm)
+    head_mm = (pc.lm_head // tp) if last and pc.lm_head else 0
+    if last and spec.tie_word_embeddings:
+        head_mm = pc.embedding // tp
+    if setup.is_lora:
+        trainable = lora
+    else:
+        trainable = total
+    return RankParams(total=total + lora, trainable=trainable, matmul=mm + head_mm, embedding=emb,
+                      lm_head=head, layers=tuple(per_layer), layer_matmul=tuple(per_layer_mm),
+                      frozen_quantized=mm if setup.qlora else 0, stage=stage, n_layers_stage=len(layers))
+
+
+def param_bytes_per_elem(setup: TrainingSetup) -> int:
+    """Bytes of a stored (model) parameter: fp32 for fp32 and autocast recipes, else 16-bit."""
+    return 4 if setup.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
+
+
+def qlora_base_bytes(n_quantized: int) -> int:
+    """NF4 with block size 64 and double quantisation (Dettmers et al. 2023, QLoRA §3):
+    0.5 B per weight + 8-bit absmax per 64 weights + fp32 second-level constant per 256 blocks."""
+    return n_quantized // 2 + n_quantized // 64 + 4 * (n_quantized // (64 * 256))
+
+
+def optimizer_state_bytes(setup: TrainingSetup, n_trainable: int, state_elem_bytes: int,
+                          spec: ModelSpec | None = None) -> int:
+    """Optimizer state for ``n_trainable`` parameters held in ``state_elem_bytes`` per element.
+
+    adamw/adam: 2 states; sgd-momentum/lion: 1; sgd: 0; adamw-8bit: 2 B/param + absmax;
+    adafactor (torch.optim.Adafactor): factored row/column second moments for matrices, a full
+    second moment for vectors (≈ (rows + cols)·4 B per matrix)."""
+    o = setup.optimizer
+    step_bytes = 0
+    if o in ("adamw", "adam"):
+        return 2 * state_elem_bytes * n_trainable + step_bytes
+    if o in ("sgd-momentum", "lion"):
+        return state_elem_bytes * n_trainable
+    if o == "sgd":
+        return 0
+    if o == "adamw-8bit":
+        return 2 * n_trainable + 2 * 4 * (n_trainable // 2048)
+    if o == "adafactor":
+        if spec is None:
+            return 0
+        h, i = spec.hidden_size, spec.intermediate_size
+        # Per layer: q/k/v/o and gate/up/down matrices' row+col factors; norms' full moments.
+        frac = (h + i) / max(1, h * i)
+        return int(4 * n_trainable * frac * 2)
+    raise AssertionError(o)
+
+
+def optimizer_step_temp_bytes(setup: TrainingSetup, n_trainable_local: int, state_elem_bytes: int,
+                              grad_elem_bytes: int) -> int:
+    """Peak temporaries of one foreach ``optimizer.step()`` over this rank's tensors.
+
+    torch/optim/adam.py ``_multi_tensor_adam``: ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)``
+    allocates one state-sized copy for the whole (device, dtype) group; Adam with coupled weight decay
+    first makes ``grads = _foreach_add(grads, params, alpha=wd)`` (a grad-sized copy). SGD with weight
+    decay makes the same grad-sized copy (sgd.py ``_multi_tensor_sgd``). Adafactor builds a full-size
+    variance estimate per parameter. bitsandbytes 8-bit updates in place per tensor."""
+    o = setup.optimizer
+    if o == "adamw":
+        return state_elem_bytes * n_trainable_local
+    if o == "adam":
+        return state_elem_bytes * n_trainable_local + grad_elem_bytes * n_trainable_local
+    if o in ("sgd", "sgd-momentum"):
+        return grad_elem_bytes * n_trainable_local
+    if o == "lion":
+        return 2 * grad_elem_bytes * n_trainable_local
+    if o == "adafactor":
+        return 2 * state_elem_bytes * n_trainable_local
+    return 0

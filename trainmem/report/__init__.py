@@ -1,0 +1,1 @@
+"""User-facing text: tables and explanations in English and Chinese."""
