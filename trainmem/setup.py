@@ -207,6 +207,8 @@ def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
             raise ConfigError(f"ep({setup.ep}) needs a mixture-of-experts model; {spec.name} is dense")
         if spec.num_experts % setup.ep:
             raise ConfigError(f"ep({setup.ep}) does not divide num_experts({spec.num_experts})")
+    if spec.model_type == "gemma2" and setup.attn == "sdpa":
+        raise ConfigError("attn: gemma2 has no sdpa implementation in transformers (logit softcapping); use --attn eager or flash")
     if spec.is_encoder and setup.engine == "megatron":
         raise ConfigError("encoder models (bert/roberta) are not modelled for the megatron engine")
     if setup.seq_len > spec.max_position_embeddings and spec.position == "learned":

@@ -79,9 +79,10 @@ def _norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
     r = residual_bytes(setup)
     if spec.norm == "layernorm":
         return float(r) + 8.0 / spec.hidden_size
+    rows = 4.0 / spec.hidden_size  # rsqrt(variance + eps): one fp32 value per row, kept by the multiply
     if spec.model_type in _ROPE_MODELS_WITH_GEMMA_NORM:
-        return 8.0
-    return 4.0 + r
+        return 8.0 + rows
+    return 4.0 + r + rows
 
 
 def _linear_inputs_saved(setup: TrainingSetup, n_consumers: int, width: int) -> float:
@@ -124,14 +125,12 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> LayerS
         add("qkv_input", "attention", _linear_inputs_saved(setup, 1 if fused_qkv else 3, h), tp_split=False)
         if mt == "qwen3" or mt == "gemma3_text" or mt == "gemma3" or mt == "qwen3_moe":
             # q_norm/k_norm (RMSNorm over head_dim) on q and k: each keeps 4 + r B per element
-            add("qk_norm", "attention", (4.0 + r if mt.startswith("qwen3") else 8.0) * (a + kv) * d)
-        if fused_qkv and mt != "gpt2":
-            # the fused projection's output stays alive through views that rotary/sdpa keep
-            add("qkv_fused_out", "attention", c * (a * d + 2 * kv * d) if not amp else 2 * (a * d + 2 * kv * d))
+            add("qk_norm", "attention", ((4.0 + r if mt.startswith("qwen3") else 8.0) * d + 4.0) * (a + kv))
         _core_attention_terms(spec, setup, add, s=s, b=b)
     # --- mlp block ----------------------------------------------------------------------------
-    if spec.parallel_residual and mt in ("gpt_neox",):
-        add("post_attention_norm", "norm", norm_elem * h, tp_split=False)
+    if spec.parallel_residual and mt == "gpt_neox":
+        # both norms read the same residual tensor: the second keeps only its mean/rstd rows
+        add("post_attention_norm", "norm", 8.0, tp_split=False)
     elif not spec.parallel_residual:
         add("post_attention_norm", "norm", norm_elem * h, tp_split=False)
     if mt in ("gemma2", "gemma3_text", "gemma3"):
@@ -154,34 +153,51 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> LayerS
 
 
 def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int, b: int) -> None:
+    """q/k/v/output of the attention core, by how each family's module builds them.
+
+    - llama-style (separate q/k/v projections, full rotary): rotary makes new q and k; v is a view of
+      v_proj's output; the kernel keeps q, k, v, out (+ fp32 logsumexp); o_proj reads the kernel output,
+      which flash/efficient kernels already lay out as (b, s, a, d): no extra copy.
+    - gpt2 (fused c_attn, DynamicCache on by default): k and v are copied by the cache update (torch.cat);
+      q stays a view of the fused output, so sdpa keeps the whole fused (b, s, 3h) tensor alive; eager
+      reshapes q for bmm (a copy) instead.
+    - gpt_neox (fused qkv, partial rotary, cache): q (rotary cat) and k, v (cache cat) are new tensors;
+      dense reads a fresh contiguous copy of the attention output.
+    Eager attention keeps the softmax output: fp32 (4 B per b·a·s² element) plus its 16-bit cast (2 B) in
+    the llama-style ``softmax(..., dtype=float32).to(dtype)``; gpt2 and bert take softmax in the compute
+    dtype (c B only).
+    """
     h, a, kv, d, dv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
     c = compute_bytes(setup)
     mt = spec.model_type
-    if setup.attn in ("sdpa", "flash") and not (setup.attn == "sdpa" and spec.attn_logit_softcapping and mt == "gemma2"):
-        # Flash / memory-efficient kernels keep q, k, v, the output and an fp32 logsumexp (b, a, s).
+    fused_view = mt == "gpt2"
+    o_copy = mt in ("gpt_neox", "phi3") or spec.is_encoder
+    if setup.attn in ("sdpa", "flash"):
         # transformers passes enable_gqa when there is no mask (causal, no padding) and head dims are
         # equal and <= 256 (integrations/sdpa_attention.py use_gqa_in_sdpa); otherwise repeat_kv expands k/v.
         gqa_native = setup.attn == "flash" or (d == dv and d <= 256 and not spec.is_encoder)
         kv_eff = kv if gqa_native else a
-        add("q", "attention", c * a * d)
+        if fused_view:
+            add("qkv_fused_out", "attention", c * (a * d + 2 * kv * d))
+        else:
+            add("q", "attention", c * a * d)
         add("k", "attention", c * kv_eff * d)
         add("v", "attention", c * kv_eff * dv)
         add("attn_out", "attention", c * a * dv)
-        add("logsumexp", "attention", 4.0 * a / 1.0)  # (b, a, s) fp32 per token: 4·a B
-        if spec.is_encoder:
-            # bert-style sdpa with an additive padding mask: the attention output is transposed and
-            # made contiguous before the output dense layer
+        add("logsumexp", "attention", 4.0 * a)  # (b, a, s) fp32
+        if o_copy:
             add("o_input", "attention", c * a * dv)
         return
-    # eager: matmul(q, k^T) keeps q and the (repeated) k; softmax in fp32 keeps its output (4 B per
-    # b·a·s² element), its cast back to the compute dtype is kept by matmul(probs, v) (2 B), v repeated;
-    # the output is transposed and made contiguous for o_proj (kept).
     add("q", "attention", c * a * d)
     add("k_repeated", "attention", c * a * d)
     add("v_repeated", "attention", c * a * dv)
-    add("softmax_fp32", "attention", 4.0 * a * s)
-    if c == 2:
-        add("probs_16bit", "attention", 2.0 * a * s)
+    fp32_softmax = mt not in ("gpt2", "bert", "roberta")
+    if fp32_softmax:
+        add("softmax_fp32", "attention", 4.0 * a * s)
+        if c == 2:
+            add("probs_16bit", "attention", 2.0 * a * s)
+    else:
+        add("probs", "attention", float(c) * a * s)
     if spec.attn_logit_softcapping:
         add("softcap_tanh", "attention", float(c) * a * s)
     if spec.attention_dropout > 0:
@@ -222,7 +238,10 @@ def _moe_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
     k = spec.num_experts_per_tok
     E = spec.num_experts
     add("moe_input", "experts", _linear_inputs_saved(setup, 1, h), tp_split=False)
-    add("router_probs", "router", 4.0 * E * 2, tp_split=False)
+    # router (transformers 5.24 grouped_mm experts): fp32 softmax (4E), top-k indices (int64, 8k),
+    # the renormalising sum and its result (4 + 4k), and the int64 permutations that sort tokens by
+    # expert and back, plus the per-slot weights (3·8k + 4k).
+    add("router", "router", 4.0 * E + 8.0 * k + 4.0 + 4.0 * k + 24.0 * k + 4.0 * k, tp_split=False)
     # tokens gathered per expert (index_select/indexing keeps the gathered copy for the matmuls)
     add("expert_inputs", "experts", c * k * h)
     add("expert_intermediate", "experts", 4.0 * c * k * spec.moe_intermediate_size)

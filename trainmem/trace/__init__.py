@@ -1,0 +1,32 @@
+"""The tracer: the ground truth the estimator is judged by.
+
+``trace_step(spec, setup)`` builds the real ``transformers`` model on fake tensors, runs a warm-up
+and a steady optimizer step as the engine does, and records every device allocation and free of
+the steady step (:class:`TraceResult`). Needs the ``trace`` extra (torch, transformers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from trainmem.trace.result import CATEGORIES, TraceResult
+
+if TYPE_CHECKING:
+    from trainmem.model.spec import ModelSpec
+    from trainmem.setup import TrainingSetup
+
+__all__ = ["trace_step", "TraceResult", "CATEGORIES"]
+
+
+def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *,
+               progress: Callable[[int, int, str], None] | None = None) -> TraceResult:
+    """Trace one steady training step; see :func:`trainmem.trace.step.trace_step`."""
+    try:
+        from trainmem.trace.step import trace_step as _trace
+    except ImportError as e:  # torch/transformers missing
+        from trainmem.errors import UnsupportedError
+
+        raise UnsupportedError(f"tracing needs torch and transformers ({e.name} missing): "
+                               "pip install 'trainmem[trace]'; or use `trainmem estimate`") from None
+    return _trace(spec, setup, progress=progress)

@@ -1,0 +1,31 @@
+"""Small HF configs of each family (same structure as the real models, small dims) for measured tests."""
+
+from __future__ import annotations
+
+BASE = dict(vocab_size=512, max_position_embeddings=4096)
+
+TINY = {
+    "llama": dict(model_type="llama", hidden_size=256, intermediate_size=688, num_hidden_layers=3,
+                  num_attention_heads=8, num_key_value_heads=8, **BASE),
+    "llama-gqa": dict(model_type="llama", hidden_size=256, intermediate_size=688, num_hidden_layers=3,
+                      num_attention_heads=8, num_key_value_heads=2, **BASE),
+    "mistral": dict(model_type="mistral", hidden_size=256, intermediate_size=896, num_hidden_layers=3,
+                    num_attention_heads=8, num_key_value_heads=2, sliding_window=None, **BASE),
+    "qwen2": dict(model_type="qwen2", hidden_size=256, intermediate_size=704, num_hidden_layers=3,
+                  num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True, **BASE),
+    "qwen3": dict(model_type="qwen3", hidden_size=256, intermediate_size=768, num_hidden_layers=3,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=32, **BASE),
+    "gemma": dict(model_type="gemma", hidden_size=256, intermediate_size=1024, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=1, head_dim=64, **BASE),
+    "gemma2": dict(model_type="gemma2", hidden_size=256, intermediate_size=1024, num_hidden_layers=3,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=64, sliding_window=4096, **BASE),
+    "phi3": dict(model_type="phi3", hidden_size=256, intermediate_size=688, num_hidden_layers=3, pad_token_id=0,
+                 num_attention_heads=8, num_key_value_heads=8, **BASE),
+    "gpt2": dict(model_type="gpt2", n_embd=256, n_layer=3, n_head=8, n_positions=4096, vocab_size=512,
+                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "gpt2-dropout": dict(model_type="gpt2", n_embd=256, n_layer=3, n_head=8, n_positions=4096, vocab_size=512),
+    "gpt_neox": dict(model_type="gpt_neox", hidden_size=256, intermediate_size=1024, num_hidden_layers=3,
+                     num_attention_heads=8, rotary_pct=0.25, **BASE),
+    "mixtral": dict(model_type="mixtral", hidden_size=256, intermediate_size=512, num_hidden_layers=3,
+                    num_attention_heads=8, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, **BASE),
+}

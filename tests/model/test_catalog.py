@@ -1,0 +1,117 @@
+"""The bundled catalog: every model equals its transformers build; published totals hold."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+from tests.model.meta_build import assert_matches_transformers
+from trainmem.errors import UnknownModelError
+from trainmem.model.catalog import find_entry, list_models, load_catalog_spec
+
+# Parameter totals published for these models (the brief's list, cross-checked with the
+# parameter counts shown on the hub model pages), written out by hand.
+PUBLISHED_TOTALS = {
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-2-70b": 68_976_648_192,
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "llama-3.1-405b": 405_853_388_800,
+    "llama-3.2-1b": 1_235_814_400,
+    "llama-3.2-3b": 3_212_749_824,
+    "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-1.5b": 1_543_714_304,
+    "qwen2.5-7b": 7_615_616_512,
+    "qwen2.5-14b": 14_770_033_664,
+    "qwen2.5-32b": 32_763_876_352,
+    "qwen2.5-72b": 72_706_203_648,
+    "qwen3-8b": 8_190_735_360,
+    "gemma-2-9b": 9_241_705_984,
+    "gemma-2-2b": 2_614_341_888,
+    "gemma-3-1b": 999_885_952,
+    "phi-3-mini-4k": 3_821_079_552,
+    "gpt2": 124_439_808,
+    "bert-large-uncased": 335_174_458,
+    "roberta-base": 124_697_433,
+    "tinyllama-1.1b": 1_100_048_384,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "qwen1.5-moe-a2.7b": 14_315_784_192,
+    "pythia-1b": 1_011_781_632,
+    "falcon-7b": 6_921_720_704,
+    "deepseek-v2-lite": 15_706_484_224,
+}
+# DeepSeek-V3 as transformers builds it (no MTP layer): the paper's "671B".
+DEEPSEEK_V3_TOTAL = 671_026_404_352
+
+REQUIRED = {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
+            "llama-3.2-1b", "llama-3.2-3b", "mistral-7b", "mixtral-8x7b", "qwen2.5-0.5b", "qwen2.5-1.5b",
+            "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "qwen3-8b", "gemma-2-9b",
+            "phi-3-mini-4k", "deepseek-v3", "gpt2", "bert-large-uncased", "tinyllama-1.1b"}
+
+NAMES = [e.name for e in list_models()]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_catalog_model_matches_transformers(name):
+    assert_matches_transformers(load_catalog_spec(name))
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_TOTALS))
+def test_published_total(name):
+    assert load_catalog_spec(name).n_params == PUBLISHED_TOTALS[name]
+
+
+def test_deepseek_v3_total_and_layout():
+    spec = load_catalog_spec("deepseek-v3")
+    assert spec.n_params == DEEPSEEK_V3_TOTAL
+    assert spec.moe_layer_indices == tuple(range(3, 61))
+    assert (spec.num_experts, spec.num_experts_per_tok, spec.num_shared_experts) == (256, 8, 1)
+    assert (spec.q_lora_rank, spec.kv_lora_rank, spec.head_dim, spec.v_head_dim) == (1536, 512, 192, 128)
+    # routed experts are ~97% of the weights
+    assert 0.96 < spec.params.expert_total / spec.n_params < 0.98
+
+
+def test_catalog_has_the_required_models_and_every_file_is_well_formed():
+    assert REQUIRED <= set(NAMES)
+    folder = resources.files("trainmem.model").joinpath("configs")
+    for item in folder.iterdir():
+        raw = json.loads(item.read_text(encoding="utf-8"))
+        assert set(raw) == {"name", "hf_id", "source", "aliases", "note", "config"}, item.name
+        assert item.name == raw["name"] + ".json"
+        assert raw["source"] == f"https://huggingface.co/{raw['hf_id']}/blob/main/config.json"
+        assert raw["config"]["model_type"] and raw["note"]
+
+
+def test_lookup_by_name_hub_id_and_alias_in_any_case():
+    spec = load_catalog_spec("llama-3.1-8b")
+    assert load_catalog_spec("META-LLAMA/Llama-3.1-8B") is spec
+    assert load_catalog_spec("meta-llama/Meta-Llama-3.1-8B") is spec
+    assert load_catalog_spec(" Llama3.1-8B ") is spec
+    assert spec.name == "llama-3.1-8b" and spec.source.startswith("https://huggingface.co/meta-llama/")
+    assert find_entry("gpt2-124m").name == "gpt2"
+
+
+def test_unknown_catalog_name():
+    with pytest.raises(UnknownModelError, match="not in the model catalog"):
+        load_catalog_spec("llama-9-1b")
+
+
+def test_spec_fields_of_catalog_models():
+    llama = load_catalog_spec("llama-3.2-1b")
+    assert (llama.hidden_size, llama.num_layers, llama.num_kv_heads, llama.head_dim) == (2048, 16, 8, 64)
+    assert llama.tie_word_embeddings and llama.params.lm_head == 0
+    mixtral = load_catalog_spec("mixtral-8x7b")
+    assert mixtral.is_moe and mixtral.params.expert_total == 32 * 8 * 3 * 4096 * 14336
+    assert load_catalog_spec("mistral-7b").sliding_window == 4096
+    assert load_catalog_spec("qwen2.5-7b").sliding_window is None  # use_sliding_window false
+    assert load_catalog_spec("phi-3-mini-4k").sliding_window == 2047
+    falcon = load_catalog_spec("falcon-7b")
+    assert (falcon.num_kv_heads, falcon.parallel_residual, falcon.norm) == (1, True, "layernorm")
+    bert = load_catalog_spec("bert-large-uncased")
+    assert bert.is_encoder and bert.params.position_embedding == (512 + 2) * 1024
+    assert load_catalog_spec("gpt2").position == "learned"

@@ -1,0 +1,147 @@
+"""spec_from_hf_config against the real transformers models, built on the meta device.
+
+Small configs per family exercise biases, tying, MoE layouts, MLA and the falcon variants; a
+"minimal" config per family checks that missing keys take the transformers defaults.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.model.meta_build import assert_matches_transformers
+from trainmem.errors import ConfigError, UnsupportedError
+from trainmem.model.hf import SUPPORTED_MODEL_TYPES, spec_from_hf_config
+
+SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, vocab_size=100)
+
+FAMILY_CONFIGS: dict[str, dict] = {
+    "llama-biases": dict(SMALL, model_type="llama", num_key_value_heads=2, attention_bias=True, mlp_bias=True),
+    "llama-tied-headdim": dict(SMALL, model_type="llama", tie_word_embeddings=True, head_dim=32),
+    "mistral": dict(SMALL, model_type="mistral"),
+    "mistral-headdim-null": dict(SMALL, model_type="mistral", head_dim=None),
+    "llama-kv-null": dict(SMALL, model_type="llama", num_key_value_heads=None),
+    "qwen2-tied": dict(SMALL, model_type="qwen2", num_key_value_heads=2, tie_word_embeddings=True),
+    "qwen3-bias": dict(SMALL, model_type="qwen3", num_key_value_heads=2, attention_bias=True, head_dim=16),
+    "gemma": dict(SMALL, model_type="gemma", num_key_value_heads=1, head_dim=16),
+    "gemma2": dict(SMALL, model_type="gemma2", num_key_value_heads=2, head_dim=32),
+    "gemma3_text": dict(SMALL, model_type="gemma3_text", num_key_value_heads=2, head_dim=32),
+    "phi3": dict(SMALL, model_type="phi3", num_key_value_heads=2, pad_token_id=0, eos_token_id=1),
+    "mixtral": dict(SMALL, model_type="mixtral", num_key_value_heads=2, num_local_experts=4),
+    "qwen2_moe-step-onlylayers": dict(SMALL, model_type="qwen2_moe", num_hidden_layers=4, num_key_value_heads=2,
+                                      num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                                      decoder_sparse_step=2, mlp_only_layers=[3], qkv_bias=False),
+    "qwen3_moe": dict(SMALL, model_type="qwen3_moe", num_hidden_layers=3, num_key_value_heads=2, num_experts=4,
+                      moe_intermediate_size=32, mlp_only_layers=[0], head_dim=32),
+    "deepseek_v2-no-q-lora": dict(SMALL, model_type="deepseek_v2", num_hidden_layers=3, n_routed_experts=4,
+                                  moe_intermediate_size=32, n_shared_experts=2, first_k_dense_replace=1,
+                                  q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16,
+                                  v_head_dim=16, num_experts_per_tok=2, attention_bias=True, mlp_bias=True),
+    "deepseek_v3": dict(SMALL, model_type="deepseek_v3", num_hidden_layers=3, n_routed_experts=4,
+                        moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=24,
+                        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                        num_experts_per_tok=2, n_group=2, topk_group=1),
+    "gpt2": dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=100, n_positions=32),
+    "gpt2-cross-untied-inner": dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=100,
+                                    n_positions=32, add_cross_attention=True, n_inner=80,
+                                    tie_word_embeddings=False),
+    "gpt_neox": dict(SMALL, model_type="gpt_neox"),
+    "gpt_neox-tied-nobias": dict(SMALL, model_type="gpt_neox", tie_word_embeddings=True, attention_bias=False),
+    "falcon-multiquery": dict(SMALL, model_type="falcon"),
+    "falcon-new-arch": dict(SMALL, model_type="falcon", new_decoder_architecture=True, num_kv_heads=2, bias=True,
+                            tie_word_embeddings=False, ffn_hidden_size=80),
+    "falcon-new-arch-1ln": dict(SMALL, model_type="falcon", new_decoder_architecture=True, num_kv_heads=2,
+                                num_ln_in_parallel_attn=1),
+    "falcon-sequential-alibi": dict(SMALL, model_type="falcon", parallel_attn=False, multi_query=False,
+                                    alibi=True, bias=True),
+    "bert": dict(SMALL, model_type="bert"),
+    "bert-untied": dict(SMALL, model_type="bert", tie_word_embeddings=False),
+    "roberta": dict(SMALL, model_type="roberta", type_vocab_size=1, max_position_embeddings=40),
+}
+
+# Only the keys spec_from_hf_config requires: everything else must default as transformers does.
+_REQUIRED = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+MINIMAL_CONFIGS: dict[str, dict] = {
+    mt: dict(_REQUIRED, model_type=mt, vocab_size=32064)
+    for mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "mixtral",
+               "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_neox", "falcon", "bert", "roberta")
+}
+MINIMAL_CONFIGS["gpt2"] = dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=100)
+MINIMAL_CONFIGS["deepseek_v3"]["num_hidden_layers"] = 4  # default first_k_dense_replace=3: one MoE layer
+MINIMAL_CONFIGS["deepseek_v2"]["num_experts_per_tok"] = 2  # default None cannot route
+
+GEMMA3_MULTIMODAL = {
+    "model_type": "gemma3",
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    # written sparsely, as the hub's gemma-3 configs are: heads, kv heads, vocab take class defaults
+    "text_config": {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 96,
+                    "num_hidden_layers": 2, "head_dim": 16},
+    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32},
+}
+
+
+@pytest.mark.parametrize("key", sorted(FAMILY_CONFIGS))
+def test_small_family_config_matches_transformers(key):
+    assert_matches_transformers(spec_from_hf_config(FAMILY_CONFIGS[key], name=key))
+
+
+@pytest.mark.parametrize("model_type", sorted(MINIMAL_CONFIGS))
+def test_missing_keys_take_transformers_defaults(model_type):
+    assert_matches_transformers(spec_from_hf_config(MINIMAL_CONFIGS[model_type], name=model_type))
+
+
+def test_gemma3_multimodal_uses_its_sparse_text_config():
+    spec = spec_from_hf_config(GEMMA3_MULTIMODAL, name="g3")
+    assert (spec.architecture, spec.model_type) == ("Gemma3ForCausalLM", "gemma3_text")
+    assert (spec.num_attention_heads, spec.num_kv_heads, spec.vocab_size) == (8, 4, 262208)
+    assert spec.hf_config["model_type"] == "gemma3_text"
+    assert_matches_transformers(spec)
+
+
+def test_every_supported_model_type_is_tested():
+    tested = {c["model_type"] for c in (*FAMILY_CONFIGS.values(), *MINIMAL_CONFIGS.values())} | {"gemma3"}
+    assert tested == set(SUPPORTED_MODEL_TYPES)
+
+
+def test_spec_fields_of_the_moe_and_mla_configs():
+    moe = spec_from_hf_config(FAMILY_CONFIGS["qwen2_moe-step-onlylayers"], name="q")
+    assert moe.moe_layer_indices == (1,) and moe.is_moe
+    assert (moe.num_experts, moe.moe_intermediate_size, moe.num_shared_experts) == (4, 32, 1)
+    assert moe.params.layers[0].experts == 0 and moe.params.layers[1].mlp == 0
+    ds = spec_from_hf_config(FAMILY_CONFIGS["deepseek_v2-no-q-lora"], name="d")
+    assert (ds.head_dim, ds.v_head_dim, ds.q_lora_rank, ds.kv_lora_rank) == (24, 16, None, 16)
+    assert ds.moe_layer_indices == (1, 2) and ds.shared_expert_intermediate_size == 64
+    falcon = spec_from_hf_config(FAMILY_CONFIGS["falcon-multiquery"], name="f")
+    assert falcon.num_kv_heads == 1 and falcon.parallel_residual and falcon.position == "rope"
+    assert spec_from_hf_config(FAMILY_CONFIGS["falcon-sequential-alibi"], name="f").position == "alibi"
+    bert = spec_from_hf_config(FAMILY_CONFIGS["bert"], name="b")
+    assert bert.is_encoder and bert.architecture == "BertForMaskedLM" and bert.norm == "layernorm"
+    gemma2 = spec_from_hf_config(FAMILY_CONFIGS["gemma2"], name="g")
+    assert (gemma2.attn_logit_softcapping, gemma2.final_logit_softcapping, gemma2.sliding_window) == (50.0, 30.0, 4096)
+
+
+# --------------------------------------------------------------------------- bad input
+def test_unsupported_model_type_names_the_supported_ones():
+    with pytest.raises(UnsupportedError) as err:
+        spec_from_hf_config(dict(SMALL, model_type="t5"), name="t5")
+    message = str(err.value)
+    assert "'t5'" in message and "llama" in message and "deepseek_v3" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("missing", ["hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"])
+def test_missing_shape_key_is_a_config_error_naming_it(missing):
+    cfg = {k: v for k, v in dict(SMALL, model_type="llama").items() if k != missing}
+    with pytest.raises(ConfigError, match=missing):
+        spec_from_hf_config(cfg, name="x")
+
+
+def test_other_malformed_configs():
+    with pytest.raises(ConfigError, match="model_type"):
+        spec_from_hf_config(dict(SMALL), name="x")
+    with pytest.raises(ConfigError, match="hidden_size"):
+        spec_from_hf_config(dict(SMALL, model_type="qwen2", hidden_size="64"), name="x")
+    with pytest.raises(ConfigError, match="text_config"):
+        spec_from_hf_config({"model_type": "gemma3"}, name="x")
+    with pytest.raises(ConfigError, match=r"hidden_size\(66\) % num_attention_heads\(4\)"):
+        spec_from_hf_config(dict(SMALL, model_type="llama", hidden_size=66), name="x")
+    with pytest.raises(ConfigError):
+        spec_from_hf_config(["not", "a", "dict"], name="x")  # type: ignore[arg-type]

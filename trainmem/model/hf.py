@@ -1,0 +1,557 @@
+"""Build a ``ModelSpec`` from a Hugging Face ``config.json`` dict, with exact parameter counts.
+
+Pure Python: no torch, no transformers. Every count mirrors the module definitions of
+``transformers`` 5.24 (``models/<family>/modeling_<family>.py``) and every missing key takes the
+default of the family's config class (``configuration_<family>.py``), so that the totals equal
+``sum(p.numel() for p in model.parameters())`` of the model built from the same config (tied
+weights once). ``tests/model/test_hf.py`` checks this against meta-device builds.
+
+Conventions (see ``spec.py``): a layer's ``attention`` holds q/k/v/o and whatever lives inside the
+attention module (MLA low-rank projections and their norms, qwen3/gemma3 q_norm/k_norm over the
+head dim); ``norms`` holds the norms on the residual stream (input/post-attention/pre- and
+post-feedforward; BERT's two LayerNorms). ``matmul`` counts the weights that enter a matmul:
+``nn.Linear``/``Conv1D`` weights, grouped expert tensors and MoE router weights (used through
+``F.linear``). A missing ``hidden_size``/``num_hidden_layers`` (and, for a top-level config,
+``num_attention_heads``/``vocab_size``) is an error, not a default: ``config.json`` files always
+carry them; only the ``text_config`` nested in a gemma3 config is written sparsely.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainmem.errors import ConfigError, UnsupportedError
+from trainmem.model.spec import LayerParams, ModelSpec, ParamCounts
+
+__all__ = ["SUPPORTED_MODEL_TYPES", "spec_from_hf_config"]
+
+_Pair = tuple[int, int]
+"""(parameters, of which matmul weights)."""
+
+
+def _linear(n_in: int, n_out: int, bias: bool) -> _Pair:
+    """nn.Linear(n_in, n_out, bias): n_in·n_out weights (+ n_out bias)."""
+    return n_in * n_out + (n_out if bias else 0), n_in * n_out
+
+
+def _add(*pairs: _Pair) -> _Pair:
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+def _glu_mlp(h: int, inter: int, bias: bool = False) -> _Pair:
+    """gate/up (h→inter) and down (inter→h) projections; phi3's fused gate_up counts the same."""
+    return _add(_linear(h, inter, bias), _linear(h, inter, bias), _linear(inter, h, bias))
+
+
+def _plain_mlp(h: int, inter: int) -> _Pair:
+    """GPT-2/BERT/NeoX/Falcon-with-bias MLP: h→inter→h, both with bias."""
+    return _add(_linear(h, inter, True), _linear(inter, h, True))
+
+
+class _Config:
+    """Read access to a config dict with the family's defaults and key names in errors."""
+
+    def __init__(self, raw: Mapping[str, Any], model_type: str, where: str = "config.json") -> None:
+        self.raw = raw
+        self.model_type = model_type
+        self.where = where
+
+    def has(self, key: str) -> bool:
+        return key in self.raw
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value if the key is present (even null), else ``default``."""
+        return self.raw[key] if key in self.raw else default
+
+    def get_int(self, key: str, default: int | None = None, *, required: bool = False) -> int:
+        """An integer field; ``default`` when absent (or null), ConfigError naming the key if bad."""
+        value = self.raw.get(key)
+        if value is None:
+            if required or default is None:
+                raise ConfigError(f"{self.where} (model_type {self.model_type!r}) lacks {key!r}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{self.where} (model_type {self.model_type!r}): {key}={value!r} "
+                              "is not a non-negative integer")
+        return value
+
+    def opt_int(self, key: str, default: int | None) -> int | None:
+        """An optional integer (null allowed): ``default`` only when the key is absent."""
+        if key not in self.raw:
+            return default
+        return None if self.raw[key] is None else self.get_int(key)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.raw.get(key, default)
+        return default if value is None else bool(value)
+
+    def num(self, key: str, default: float | None) -> float | None:
+        """A float field (dropout, softcapping); null stays None."""
+        value = self.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{self.where} (model_type {self.model_type!r}): {key}={value!r} is not a number")
+        return float(value)
+
+
+# --------------------------------------------------------------------------- rope decoders
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """Defaults and module layout of one llama-style family (from its transformers 5.24 files)."""
+
+    architecture: str
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int | None
+    """Class default of num_key_value_heads; None means "= num_attention_heads"."""
+    head_dim: int | None
+    """Class default of head_dim; None means hidden_size // num_attention_heads."""
+    intermediate: int
+    max_pos: int
+    tie: bool
+    act_key: str = "hidden_act"
+    act: str = "silu"
+    bias: str = "none"
+    """"attention_bias" (q,k,v,o follow attention_bias), "qkv" (always), "qkv_bias" (qwen2_moe's
+    qkv_bias, default True), "none"."""
+    mlp_bias: bool = False
+    """llama's mlp_bias key."""
+    qk_norm: bool = False
+    norms_per_layer: int = 2
+    sliding: str = "none"
+    """"plain": sliding_window as given; "flag": only when use_sliding_window; "none"."""
+    sliding_default: int | None = None
+    softcap: tuple[float | None, float | None] | None = None
+    """Class defaults of (attn_logit_softcapping, final_logit_softcapping); None: no such keys."""
+
+
+_FAMILIES: dict[str, _Family] = {
+    "llama": _Family("LlamaForCausalLM", 32000, 4096, 32, 32, None, None, 11008, 2048, False,
+                     bias="attention_bias", mlp_bias=True),
+    "mistral": _Family("MistralForCausalLM", 32000, 4096, 32, 32, 8, None, 14336, 131072, False,
+                       sliding="plain", sliding_default=4096),
+    "qwen2": _Family("Qwen2ForCausalLM", 151936, 4096, 32, 32, 32, None, 22016, 32768, False,
+                     bias="qkv", sliding="flag", sliding_default=4096),
+    "qwen3": _Family("Qwen3ForCausalLM", 151936, 4096, 32, 32, 32, 128, 22016, 32768, False,
+                     bias="attention_bias", qk_norm=True, sliding="flag", sliding_default=4096),
+    "gemma": _Family("GemmaForCausalLM", 256000, 3072, 28, 16, 16, 256, 24576, 8192, True,
+                     act="gelu_pytorch_tanh", bias="attention_bias"),
+    "gemma2": _Family("Gemma2ForCausalLM", 256000, 2304, 26, 8, 4, 256, 9216, 8192, True,
+                      act_key="hidden_activation", act="gelu_pytorch_tanh", bias="attention_bias",
+                      norms_per_layer=4, sliding="plain", sliding_default=4096, softcap=(50.0, 30.0)),
+    "gemma3_text": _Family("Gemma3ForCausalLM", 262208, 2304, 26, 8, 4, 256, 9216, 131072, True,
+                           act_key="hidden_activation", act="gelu_pytorch_tanh",
+                           bias="attention_bias", qk_norm=True, norms_per_layer=4, sliding="plain",
+                           sliding_default=4096, softcap=(None, None)),
+    "phi3": _Family("Phi3ForCausalLM", 32064, 3072, 32, 32, None, None, 8192, 4096, False,
+                    sliding="plain", sliding_default=None),
+    "mixtral": _Family("MixtralForCausalLM", 32000, 4096, 32, 32, 8, None, 14336, 131072, False,
+                       sliding="plain", sliding_default=None),
+    "qwen2_moe": _Family("Qwen2MoeForCausalLM", 151936, 2048, 24, 16, 16, None, 5632, 32768, False,
+                         bias="qkv_bias", sliding="flag", sliding_default=4096),
+    "qwen3_moe": _Family("Qwen3MoeForCausalLM", 151936, 2048, 24, 32, 4, None, 6144, 32768, False,
+                         bias="attention_bias", qk_norm=True, sliding="flag", sliding_default=4096),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Moe:
+    """Routed-expert layout shared by mixtral, qwen2_moe, qwen3_moe and deepseek."""
+
+    num_experts: int
+    top_k: int
+    expert_inter: int
+    layers: tuple[int, ...]
+    """Indices of the MoE layers; the others have the dense MLP."""
+    num_shared: int = 0
+    shared_inter: int = 0
+    """Width of the one shared MLP (deepseek: moe_intermediate_size · n_shared_experts)."""
+    has_shared: bool = False
+    """The block always builds the shared MLP (qwen2_moe, deepseek), even of width 0."""
+    shared_gate: bool = False
+    """qwen2_moe's shared_expert_gate = Linear(h, 1)."""
+    shared_bias: bool = False
+
+    def block(self, h: int) -> tuple[_Pair, _Pair, _Pair]:
+        """(experts, shared experts + gate, router) of one MoE layer: experts are two 3-D tensors,
+        gate_up (E, 2·inter, h) and down (E, h, inter); the router an (E, h) weight (``*TopKRouter``,
+        applied with F.linear)."""
+        experts = self.num_experts * 3 * h * self.expert_inter
+        shared = _glu_mlp(h, self.shared_inter, self.shared_bias) if self.has_shared else (0, 0)
+        if self.shared_gate:
+            shared = _add(shared, _linear(h, 1, False))
+        router = self.num_experts * h
+        return (experts, experts), shared, (router, router)
+
+
+def _layer_params(num_layers: int, h: int, attention: _Pair, norms: int, dense: _Pair,
+                  moe: _Moe | None) -> tuple[LayerParams, ...]:
+    """Per-layer counts: the same attention and norms everywhere, the dense MLP or a MoE block."""
+    layers = []
+    for i in range(num_layers):
+        if moe is not None and i in moe.layers:
+            experts, shared, router = moe.block(h)
+            mlp: _Pair = (0, 0)
+        else:
+            experts = shared = router = (0, 0)
+            mlp = dense
+        layers.append(LayerParams(
+            attention=attention[0], norms=norms, mlp=mlp[0], experts=experts[0],
+            shared_experts=shared[0], router=router[0],
+            matmul=attention[1] + mlp[1] + experts[1] + shared[1] + router[1]))
+    return tuple(layers)
+
+
+def _moe_of(c: _Config, num_layers: int, inter: int) -> _Moe | None:
+    """MoE layout of mixtral/qwen2_moe/qwen3_moe, or None for a dense family."""
+    mt = c.model_type
+    if mt == "mixtral":  # MixtralSparseMoeBlock in every layer; attribute_map num_experts→num_local_experts
+        e = c.get_int("num_local_experts", c.get_int("num_experts", 8))
+        return _Moe(e, c.get_int("num_experts_per_tok", 2), inter, tuple(range(num_layers)))
+    if mt in ("qwen2_moe", "qwen3_moe"):
+        default_e, default_k, default_i = (60, 4, 1408) if mt == "qwen2_moe" else (128, 8, 768)
+        e = c.get_int("num_experts", c.get_int("num_local_experts", default_e))
+        step = c.get_int("decoder_sparse_step", 1)
+        only_dense = set(c.get("mlp_only_layers") or [])
+        # Qwen2MoeDecoderLayer: MoE iff not in mlp_only_layers and num_experts>0 and (i+1) % step == 0
+        moe_layers = tuple(i for i in range(num_layers)
+                           if i not in only_dense and e > 0 and step > 0 and (i + 1) % step == 0)
+        top_k, expert_inter = c.get_int("num_experts_per_tok", default_k), c.get_int("moe_intermediate_size", default_i)
+        if mt == "qwen3_moe":
+            return _Moe(e, top_k, expert_inter, moe_layers)
+        return _Moe(e, top_k, expert_inter, moe_layers, num_shared=1, has_shared=True, shared_gate=True,
+                    shared_inter=c.get_int("shared_expert_intermediate_size", 5632))
+    return None
+
+
+def _kv_heads(c: _Config, default: int | None, heads: int) -> int:
+    if not c.has("num_key_value_heads"):
+        return heads if default is None else default
+    return c.get_int("num_key_value_heads", heads)  # null → = heads (each family's __post_init__)
+
+
+def _rope_decoder(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
+    """llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, mixtral, qwen2_moe, qwen3_moe."""
+    f = _FAMILIES[c.model_type]
+    h = c.get_int("hidden_size", required=True)
+    num_layers = c.get_int("num_hidden_layers", required=True)
+    heads = c.get_int("num_attention_heads", None if top_level else f.heads)
+    vocab = c.get_int("vocab_size", None if top_level else f.vocab)
+    kv = _kv_heads(c, f.kv_heads, heads)
+    head_dim = _head_dim(c, f, h, heads)
+    inter = c.get_int("intermediate_size", f.intermediate)
+    tie = c.flag("tie_word_embeddings", f.tie)
+
+    attention = _rope_attention(c, f, h, heads, kv, head_dim)
+    moe = _moe_of(c, num_layers, inter)
+    dense = _glu_mlp(h, inter, f.mlp_bias and c.flag("mlp_bias", False))
+    layers = _layer_params(num_layers, h, attention, f.norms_per_layer * h, dense, moe)
+    act = c.get(f.act_key, f.act) or f.act
+    if c.model_type == "gemma" and act == "gelu":  # GemmaConfig.__post_init__ maps legacy "gelu"
+        act = "gelu_pytorch_tanh"
+    return ModelSpec(
+        name=name, model_type=c.model_type, architecture=f.architecture, hidden_size=h,
+        num_layers=num_layers, num_attention_heads=heads, num_kv_heads=kv, head_dim=head_dim,
+        v_head_dim=head_dim, intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=tie,
+        mlp_gated=True, hidden_act=str(act), norm="rmsnorm", position="rope",
+        max_position_embeddings=c.get_int("max_position_embeddings", f.max_pos),
+        num_experts=moe.num_experts if moe else 0, num_experts_per_tok=moe.top_k if moe else 0,
+        moe_intermediate_size=moe.expert_inter if moe else 0,
+        num_shared_experts=moe.num_shared if moe else 0,
+        shared_expert_intermediate_size=moe.shared_inter if moe else 0,
+        moe_layer_indices=moe.layers if moe else (),
+        attn_logit_softcapping=c.num("attn_logit_softcapping", f.softcap[0]) if f.softcap else None,
+        final_logit_softcapping=c.num("final_logit_softcapping", f.softcap[1]) if f.softcap else None,
+        sliding_window=_sliding_window(c, f),
+        attention_dropout=c.num("attention_dropout", 0.0) or 0.0,
+        hidden_dropout=(c.num("resid_pdrop", 0.0) or 0.0) if c.model_type == "phi3" else 0.0,
+        params=ParamCounts(embedding=vocab * h, position_embedding=0, layers=layers,
+                           final_norm=h, lm_head=0 if tie else vocab * h),
+        source=source, hf_config=dict(c.raw))
+
+
+def _rope_attention(c: _Config, f: _Family, h: int, heads: int, kv: int, head_dim: int) -> _Pair:
+    """q (h→a·d), k, v (h→kv·d), o (a·d→h) and, in qwen3/gemma3, q_norm + k_norm (RMSNorm(d)).
+    phi3 fuses q/k/v into one qkv_proj of the same size."""
+    if f.bias == "attention_bias":
+        qkv_bias = o_bias = c.flag("attention_bias", False)
+    elif f.bias == "qkv":
+        qkv_bias, o_bias = True, False
+    elif f.bias == "qkv_bias":
+        qkv_bias, o_bias = c.flag("qkv_bias", True), False
+    else:
+        qkv_bias = o_bias = False
+    attention = _add(_linear(h, heads * head_dim, qkv_bias), _linear(h, kv * head_dim, qkv_bias),
+                     _linear(h, kv * head_dim, qkv_bias), _linear(heads * head_dim, h, o_bias))
+    return _add(attention, (2 * head_dim, 0)) if f.qk_norm else attention
+
+
+def _sliding_window(c: _Config, f: _Family) -> int | None:
+    """The window as the config class resolves it (qwen: only with use_sliding_window)."""
+    if f.sliding == "flag" and not c.flag("use_sliding_window", False):
+        return None
+    if f.sliding == "none":
+        return None
+    return c.opt_int("sliding_window", f.sliding_default) or None
+
+
+def _head_dim(c: _Config, f: _Family, h: int, heads: int) -> int:
+    """head_dim: declared field (qwen3, gemma*) defaults to 256/128; elsewhere
+    ``getattr(config, "head_dim", h // a)`` (mistral/mixtral/llama also treat null as absent)."""
+    value = c.get("head_dim")
+    if value is not None:
+        return c.get_int("head_dim")
+    if f.head_dim is not None and not c.has("head_dim"):
+        return f.head_dim
+    if heads == 0 or h % heads:
+        raise ConfigError(f"{c.where}: hidden_size({h}) % num_attention_heads({heads}) != 0 "
+                          "and no head_dim given")
+    return h // heads
+
+
+# --------------------------------------------------------------------------- deepseek (MLA)
+def _deepseek(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
+    """DeepseekV2/V3ForCausalLM: multi-head latent attention, dense first_k_dense_replace layers,
+    then MoE (routed experts + shared experts + TopkRouter) in every later layer. transformers
+    5.24 ignores ``moe_layer_freq`` (every layer ≥ first_k_dense_replace is MoE) and builds no MTP
+    layer (``num_nextn_predict_layers`` weights are skipped on load)."""
+    v3 = c.model_type == "deepseek_v3"
+    h = c.get_int("hidden_size", required=True)
+    num_layers = c.get_int("num_hidden_layers", required=True)
+    heads = c.get_int("num_attention_heads", required=True)
+    vocab = c.get_int("vocab_size", required=True)
+    kv = _kv_heads(c, 128 if v3 else None, heads)
+    q_lora = c.opt_int("q_lora_rank", 1536)
+    kv_lora = c.get_int("kv_lora_rank", 512)
+    rope, nope = c.get_int("qk_rope_head_dim", 64), c.get_int("qk_nope_head_dim", 128)
+    v_dim = c.get_int("v_head_dim", 128)
+    bias = c.flag("attention_bias", False)
+    qk = nope + rope
+    if q_lora is None:
+        q_part = _linear(h, heads * qk, False)
+    else:  # q_a_proj, q_a_layernorm (RMSNorm q_lora), q_b_proj
+        q_part = _add(_linear(h, q_lora, bias), (q_lora, 0), _linear(q_lora, heads * qk, False))
+    attention = _add(q_part, _linear(h, kv_lora + rope, bias), (kv_lora, 0),
+                     _linear(kv_lora, heads * (nope + v_dim), False), _linear(heads * v_dim, h, bias))
+
+    inter = c.get_int("intermediate_size", 18432 if v3 else 11008)
+    mlp_bias = (not v3) and c.flag("mlp_bias", False)  # DeepseekV2MLP(bias=mlp_bias); V3: no bias
+    first_dense = c.get_int("first_k_dense_replace", 3 if v3 else 0)
+    n_shared = c.get_int("n_shared_experts", 1 if v3 else 2)
+    moe_inter = c.get_int("moe_intermediate_size", 2048 if v3 else 1407)
+    n_experts = c.get_int("n_routed_experts", 256 if v3 else 64)
+    # DeepseekV*MoE always builds shared_experts = MLP(moe_inter · n_shared)
+    moe = _Moe(n_experts, c.opt_int("num_experts_per_tok", 8 if v3 else None) or 0, moe_inter,
+               tuple(range(first_dense, num_layers)), num_shared=n_shared, shared_inter=moe_inter * n_shared,
+               has_shared=True, shared_bias=mlp_bias)
+    layers = _layer_params(num_layers, h, attention, 2 * h, _glu_mlp(h, inter, mlp_bias), moe)
+    tie = c.flag("tie_word_embeddings", False)
+    return ModelSpec(
+        name=name, model_type=c.model_type,
+        architecture="DeepseekV3ForCausalLM" if v3 else "DeepseekV2ForCausalLM",
+        hidden_size=h, num_layers=num_layers, num_attention_heads=heads, num_kv_heads=kv,
+        head_dim=qk, v_head_dim=v_dim, intermediate_size=inter, vocab_size=vocab,
+        tie_word_embeddings=tie, mlp_gated=True, hidden_act=str(c.get("hidden_act", "silu")),
+        norm="rmsnorm", position="rope",
+        max_position_embeddings=c.get_int("max_position_embeddings", 4096 if v3 else 2048),
+        num_experts=n_experts, num_experts_per_tok=moe.top_k, moe_intermediate_size=moe_inter,
+        num_shared_experts=n_shared, shared_expert_intermediate_size=moe_inter * n_shared,
+        moe_layer_indices=moe.layers, q_lora_rank=q_lora, kv_lora_rank=kv_lora,
+        qk_rope_head_dim=rope, qk_nope_head_dim=nope,
+        attention_dropout=c.num("attention_dropout", 0.0) or 0.0,
+        params=ParamCounts(embedding=vocab * h, position_embedding=0, layers=layers,
+                           final_norm=h, lm_head=0 if tie else vocab * h),
+        source=source, hf_config=dict(c.raw))
+
+
+# --------------------------------------------------------------------------- layernorm families
+def _gpt2(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
+    """GPT2LMHeadModel: wte + wpe, Conv1D c_attn (h→3h) / c_proj, c_fc (h→n_inner) / c_proj, all
+    with bias; ln_1, ln_2, ln_f LayerNorms; lm_head tied by default. ``hidden_size`` etc. are
+    attribute_map aliases of n_embd/n_layer/n_head/n_positions."""
+    h = c.get_int("n_embd") if c.has("n_embd") else c.get_int("hidden_size", required=True)
+    num_layers = c.get_int("n_layer") if c.has("n_layer") else c.get_int("num_hidden_layers", required=True)
+    heads = c.get_int("n_head") if c.has("n_head") else c.get_int("num_attention_heads", required=True)
+    vocab = c.get_int("vocab_size", required=True)
+    positions = c.get_int("n_positions") if c.has("n_positions") else c.get_int("max_position_embeddings", 1024)
+    inter = c.opt_int("n_inner", None) or 4 * h
+    attention = _add(_linear(h, 3 * h, True), _linear(h, h, True))
+    norms = 4 * h
+    if c.flag("add_cross_attention", False):  # crossattention: c_attn h→2h, q_attn, c_proj; ln_cross_attn
+        attention = _add(attention, _linear(h, 2 * h, True), _linear(h, h, True), _linear(h, h, True))
+        norms += 2 * h
+    mlp = _plain_mlp(h, inter)
+    layer = LayerParams(attention=attention[0], norms=norms, mlp=mlp[0], matmul=attention[1] + mlp[1])
+    tie = c.flag("tie_word_embeddings", True)
+    if heads == 0 or h % heads:
+        raise ConfigError(f"{c.where}: n_embd({h}) % n_head({heads}) != 0")
+    return ModelSpec(
+        name=name, model_type="gpt2", architecture="GPT2LMHeadModel", hidden_size=h,
+        num_layers=num_layers, num_attention_heads=heads, num_kv_heads=heads, head_dim=h // heads,
+        v_head_dim=h // heads, intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=tie,
+        mlp_gated=False, hidden_act=str(c.get("activation_function", "gelu_new")), norm="layernorm",
+        position="learned", max_position_embeddings=positions,
+        attention_dropout=c.num("attn_pdrop", 0.1) or 0.0, hidden_dropout=c.num("resid_pdrop", 0.1) or 0.0,
+        params=ParamCounts(embedding=vocab * h, position_embedding=positions * h,
+                           layers=(layer,) * num_layers, final_norm=2 * h, lm_head=0 if tie else vocab * h),
+        source=source, hf_config=dict(c.raw))
+
+
+def _gpt_neox(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
+    """GPTNeoXForCausalLM: embed_in, query_key_value (h→3h) + dense (bias=attention_bias), MLP with
+    bias, two LayerNorms per layer, final_layer_norm, separate lm_head (``embed_out`` in the hub
+    checkpoints) unless tie_word_embeddings."""
+    h = c.get_int("hidden_size", required=True)
+    num_layers = c.get_int("num_hidden_layers", required=True)
+    heads = c.get_int("num_attention_heads", required=True)
+    vocab = c.get_int("vocab_size", required=True)
+    inter = c.get_int("intermediate_size", 24576)
+    bias = c.flag("attention_bias", True)
+    attention = _add(_linear(h, 3 * h, bias), _linear(h, h, bias))
+    mlp = _plain_mlp(h, inter)
+    layer = LayerParams(attention=attention[0], norms=4 * h, mlp=mlp[0], matmul=attention[1] + mlp[1])
+    tie = c.flag("tie_word_embeddings", False)
+    if heads == 0 or h % heads:
+        raise ConfigError(f"{c.where}: hidden_size({h}) % num_attention_heads({heads}) != 0")
+    return ModelSpec(
+        name=name, model_type="gpt_neox", architecture="GPTNeoXForCausalLM", hidden_size=h,
+        num_layers=num_layers, num_attention_heads=heads, num_kv_heads=heads, head_dim=h // heads,
+        v_head_dim=h // heads, intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=tie,
+        mlp_gated=False, hidden_act=str(c.get("hidden_act", "gelu")), norm="layernorm",
+        position="rope", max_position_embeddings=c.get_int("max_position_embeddings", 2048),
+        parallel_residual=c.flag("use_parallel_residual", True),
+        attention_dropout=c.num("attention_dropout", 0.0) or 0.0,
+        hidden_dropout=c.num("hidden_dropout", 0.0) or 0.0,
+        params=ParamCounts(embedding=vocab * h, position_embedding=0, layers=(layer,) * num_layers,
+                           final_norm=2 * h, lm_head=0 if tie else vocab * h),
+        source=source, hf_config=dict(c.raw))
+
+
+def _falcon(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
+    """FalconForCausalLM. query_key_value width: new_decoder_architecture → (2·kv + a)·d;
+    multi_query → h + 2d; else 3h. Norms: not parallel_attn → input + post_attention;
+    parallel_attn with num_ln_in_parallel_attn == 2 (the default under new_decoder_architecture)
+    → ln_attn + ln_mlp; else one input_layernorm. ``bias`` applies to every Linear."""
+    h = c.get_int("n_embed") if c.has("n_embed") else c.get_int("hidden_size", required=True)
+    num_layers = c.get_int("num_hidden_layers", required=True)
+    heads = c.get_int("num_attention_heads", required=True)
+    vocab = c.get_int("vocab_size", required=True)
+    if heads == 0 or h % heads:
+        raise ConfigError(f"{c.where}: hidden_size({h}) % num_attention_heads({heads}) != 0")
+    d = h // heads
+    new_arch = c.flag("new_decoder_architecture", False)
+    multi_query = c.flag("multi_query", True)
+    parallel = c.flag("parallel_attn", True)
+    bias = c.flag("bias", False)
+    kv_cfg = c.opt_int("num_kv_heads", None) or heads
+    if new_arch:
+        qkv_out, kv = (2 * kv_cfg + heads) * d, kv_cfg
+    elif multi_query:
+        qkv_out, kv = h + 2 * d, 1
+    else:
+        qkv_out, kv = 3 * h, heads
+    ffn = c.opt_int("ffn_hidden_size", None) or 4 * h
+    n_ln = c.opt_int("num_ln_in_parallel_attn", None)
+    if n_ln is None and new_arch:
+        n_ln = 2
+    norms = 2 * (2 if (not parallel or n_ln == 2) else 1) * h
+    attention = _add(_linear(h, qkv_out, bias), _linear(h, h, bias))
+    mlp = _add(_linear(h, ffn, bias), _linear(ffn, h, bias))
+    layer = LayerParams(attention=attention[0], norms=norms, mlp=mlp[0], matmul=attention[1] + mlp[1])
+    tie = c.flag("tie_word_embeddings", True)
+    return ModelSpec(
+        name=name, model_type="falcon", architecture="FalconForCausalLM", hidden_size=h,
+        num_layers=num_layers, num_attention_heads=heads, num_kv_heads=kv, head_dim=d, v_head_dim=d,
+        intermediate_size=ffn, vocab_size=vocab, tie_word_embeddings=tie, mlp_gated=False,
+        hidden_act=str(c.get("activation", "gelu") or "gelu"), norm="layernorm",
+        position="alibi" if c.flag("alibi", False) else "rope",
+        max_position_embeddings=c.get_int("max_position_embeddings", 2048),
+        parallel_residual=parallel or new_arch,
+        attention_dropout=c.num("attention_dropout", 0.0) or 0.0,
+        hidden_dropout=c.num("hidden_dropout", 0.0) or 0.0,
+        params=ParamCounts(embedding=vocab * h, position_embedding=0, layers=(layer,) * num_layers,
+                           final_norm=2 * h, lm_head=0 if tie else vocab * h),
+        source=source, hf_config=dict(c.raw))
+
+
+def _bert(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
+    """BertForMaskedLM / RobertaForMaskedLM (no pooler: add_pooling_layer=False).
+
+    Embeddings: word V·h, position P·h + token-type T·h (→ position_embedding), LayerNorm 2h (→
+    final_norm). Layer: q/k/v/o with bias, attention-output and output LayerNorms, MLP with bias.
+    MLM head (→ lm_head): transform dense h→h + LayerNorm + decoder bias V; the decoder weight is
+    tied to the word embedding and its bias to the head's ``bias``, only when tie_word_embeddings.
+    """
+    roberta = c.model_type == "roberta"
+    h = c.get_int("hidden_size", required=True)
+    num_layers = c.get_int("num_hidden_layers", required=True)
+    heads = c.get_int("num_attention_heads", required=True)
+    vocab = c.get_int("vocab_size", required=True)
+    inter = c.get_int("intermediate_size", 3072)
+    positions = c.get_int("max_position_embeddings", 512)
+    token_types = c.get_int("type_vocab_size", 2)
+    attention = _add(*(_linear(h, h, True),) * 4)
+    norms = 4 * h
+    if c.flag("add_cross_attention", False):
+        attention = _add(attention, *(_linear(h, h, True),) * 4)
+        norms += 2 * h
+    mlp = _plain_mlp(h, inter)
+    layer = LayerParams(attention=attention[0], norms=norms, mlp=mlp[0], matmul=attention[1] + mlp[1])
+    tie = c.flag("tie_word_embeddings", True)
+    head = h * h + h + 2 * h + vocab + (0 if tie else vocab * h + vocab)
+    if heads == 0 or h % heads:
+        raise ConfigError(f"{c.where}: hidden_size({h}) % num_attention_heads({heads}) != 0")
+    return ModelSpec(
+        name=name, model_type=c.model_type,
+        architecture="RobertaForMaskedLM" if roberta else "BertForMaskedLM", hidden_size=h,
+        num_layers=num_layers, num_attention_heads=heads, num_kv_heads=heads, head_dim=h // heads,
+        v_head_dim=h // heads, intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=tie,
+        mlp_gated=False, hidden_act=str(c.get("hidden_act", "gelu")), norm="layernorm",
+        position="learned", max_position_embeddings=positions, is_encoder=True,
+        attention_dropout=c.num("attention_probs_dropout_prob", 0.1) or 0.0,
+        hidden_dropout=c.num("hidden_dropout_prob", 0.1) or 0.0,
+        params=ParamCounts(embedding=vocab * h, position_embedding=(positions + token_types) * h,
+                           layers=(layer,) * num_layers, final_norm=2 * h, lm_head=head),
+        source=source, hf_config=dict(c.raw))
+
+
+# --------------------------------------------------------------------------- dispatch
+_Builder = Callable[[_Config, str, str, bool], ModelSpec]
+_BUILDERS: dict[str, _Builder] = {
+    **{mt: _rope_decoder for mt in _FAMILIES},
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
+    "gpt2": _gpt2, "gpt_neox": _gpt_neox, "falcon": _falcon, "bert": _bert, "roberta": _bert,
+}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*_BUILDERS, "gemma3"]))
+"""HF ``model_type`` values understood (``gemma3`` = a multimodal config; its text_config is used)."""
+
+
+def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str = "") -> ModelSpec:
+    """A ``ModelSpec`` with exact parameter counts for the HF ``config.json`` dict ``cfg``.
+
+    Raises ``UnsupportedError`` for a model_type outside ``SUPPORTED_MODEL_TYPES`` and
+    ``ConfigError`` (naming the key) for a malformed config.
+    """
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"a config must be a JSON object, got {type(cfg).__name__}")
+    model_type = cfg.get("model_type")
+    if not model_type:
+        raise ConfigError("config.json lacks 'model_type'")
+    top_level = True
+    where = "config.json"
+    if model_type == "gemma3":  # Gemma3ForConditionalGeneration: train its text model alone
+        text = cfg.get("text_config")
+        if not isinstance(text, Mapping):
+            raise ConfigError("config.json (model_type 'gemma3') lacks 'text_config'")
+        cfg = {**text, "model_type": "gemma3_text"}
+        model_type, top_level, where = "gemma3_text", False, "config.json text_config"
+    builder = _BUILDERS.get(str(model_type))
+    if builder is None:
+        raise UnsupportedError(f"model_type {model_type!r} is not supported; supported: "
+                               + ", ".join(SUPPORTED_MODEL_TYPES))
+    return builder(_Config(cfg, str(model_type), where), name, source, top_level)

@@ -1,0 +1,153 @@
+"""Turn what a user typed (``llama-3.1-8b``, ``./my-model/``, ``7B``) into a ``ModelSpec``.
+
+Order: catalog name/alias/hub id → path to a config.json (or a folder holding one) → bare size
+→ the hub (only if ``huggingface_hub`` is installed and not offline) → ``UnknownModelError``.
+
+A bare size keeps the requested parameter count exactly (the remainder in ``ParamCounts.other``,
+negative when the chosen shape is slightly larger, e.g. 13B → Llama-2-13B's 13.016B) and borrows
+a dense Llama-2-style shape for activation memory: the nearest LLaMA/Llama-2 published shape
+(Touvron et al. 2023, "Llama 2", Table 1 and the HF configs) when one is within 10 %, else the
+nearest point of the family's scaling rule: head_dim 128, hidden = 128·layers (7B and 13B have
+exactly this aspect ratio), SwiGLU width 8h/3 rounded up to 256 (Llama's ``multiple_of``), GQA with
+8 KV heads from h = 8192 on (as Llama-2-70B), vocab 32000, untied embeddings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from trainmem.errors import ConfigError, UnknownModelError
+from trainmem.model.catalog import find_entry, list_models, load_catalog_spec
+from trainmem.model.hf import spec_from_hf_config
+from trainmem.model.spec import ModelSpec
+
+__all__ = ["resolve_model", "parse_size", "bare_size_spec"]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([mbt])\s*$", re.IGNORECASE)
+_UNIT = {"m": 10**6, "b": 10**9, "t": 10**12}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_HUB_TIMEOUT_S = 10
+
+# (hidden, layers, heads, kv_heads, intermediate) of LLaMA-1 33B/65B and Llama-2 7B/13B/70B.
+_LLAMA_SHAPES: tuple[tuple[int, int, int, int, int], ...] = (
+    (4096, 32, 32, 32, 11008),
+    (5120, 40, 40, 40, 13824),
+    (6656, 60, 52, 52, 17920),
+    (8192, 80, 64, 64, 22016),
+    (8192, 80, 64, 8, 28672),
+)
+_PUBLISHED_WITHIN = 0.10
+_EXAMPLES = ("llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "mixtral-8x7b", "deepseek-v3", "gpt2")
+
+
+def parse_size(ref: str) -> int | None:
+    """``'7B'`` → 7_000_000_000, ``'0.5b'`` → 500_000_000, ``'350M'``, ``'1.2T'``; None if not a size."""
+    m = _SIZE.match(ref)
+    if not m:
+        return None
+    try:
+        n = Decimal(m[1]) * _UNIT[m[2].lower()]
+    except InvalidOperation:  # pragma: no cover - the regex admits only decimals
+        return None
+    if n != n.to_integral_value() or n <= 0:
+        return None
+    return int(n)
+
+
+def _llama_config(h: int, layers: int, heads: int, kv: int, inter: int) -> dict[str, Any]:
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": h,
+            "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv,
+            "intermediate_size": inter, "vocab_size": 32000, "max_position_embeddings": 4096,
+            "hidden_act": "silu", "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+            "tie_word_embeddings": False}
+
+
+def _ladder_shape(layers: int) -> tuple[int, int, int, int, int]:
+    h = 128 * layers
+    heads = h // 128
+    inter = -(-(8 * h // 3) // 256) * 256
+    return h, layers, heads, 8 if h >= 8192 else heads, inter
+
+
+@lru_cache(maxsize=None)
+def _n_params(shape: tuple[int, int, int, int, int]) -> int:
+    return spec_from_hf_config(_llama_config(*shape), name="shape").n_params
+
+
+def _shape_for(n_params: int) -> tuple[int, int, int, int, int]:
+    published = min(_LLAMA_SHAPES, key=lambda s: abs(_n_params(s) - n_params))
+    if abs(_n_params(published) - n_params) <= _PUBLISHED_WITHIN * n_params:
+        return published
+    return min((_ladder_shape(layers) for layers in range(2, 257)),
+               key=lambda s: abs(_n_params(s) - n_params))
+
+
+def bare_size_spec(ref: str, n_params: int) -> ModelSpec:
+    """A dense Llama-2-style ``ModelSpec`` of exactly ``n_params`` parameters, named ``ref``."""
+    shape = _shape_for(n_params)
+    spec = spec_from_hf_config(_llama_config(*shape), name=ref)
+    params = dataclasses.replace(spec.params, other=n_params - spec.params.total)
+    h, layers = shape[0], shape[1]
+    return dataclasses.replace(
+        spec, params=params, approximate_shape=True,
+        source=(f"bare size: exact parameter count, Llama-2-style shape for activations "
+                f"(h={h}, L={layers}, heads={shape[2]}, kv_heads={shape[3]}, ffn={shape[4]})"))
+
+
+def _from_path(ref: str) -> ModelSpec | None:
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise UnknownModelError(f"folder {ref!r} holds no config.json")
+    elif not path.is_file():
+        return None
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read {str(path)!r} as JSON: {exc}") from exc
+    return spec_from_hf_config(cfg, name=ref, source=str(path.resolve()))
+
+
+def _from_hub(ref: str) -> tuple[ModelSpec | None, str]:
+    """Try the hub's config.json (optional dependency, never used offline); (spec, why-not)."""
+    if not _HUB_ID.match(ref) or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return None, ""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        return None, ""
+    try:
+        local = hf_hub_download(repo_id=ref, filename="config.json", etag_timeout=_HUB_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - any hub failure means "unknown" here
+        return None, f"; the hub gave no config.json ({type(exc).__name__})"
+    cfg = json.loads(Path(local).read_text(encoding="utf-8"))
+    return spec_from_hf_config(cfg, name=ref, source=f"https://huggingface.co/{ref}/blob/main/config.json"), ""
+
+
+def resolve_model(ref: str) -> ModelSpec:
+    """The ``ModelSpec`` for a catalog name/alias/hub id, a config.json path or folder, or a
+    bare size such as ``7B``; ``UnknownModelError`` otherwise."""
+    ref = ref.strip()
+    if find_entry(ref) is not None:
+        return load_catalog_spec(ref)
+    spec = _from_path(ref)
+    if spec is not None:
+        return spec
+    n_params = parse_size(ref)
+    if n_params is not None:
+        return bare_size_spec(ref, n_params)
+    spec, why_not = _from_hub(ref)
+    if spec is not None:
+        return spec
+    examples = ", ".join(n for n in _EXAMPLES if find_entry(n)) or ", ".join(e.name for e in list_models()[:5])
+    raise UnknownModelError(
+        f"unknown model {ref!r}{why_not}: give a catalog name ({examples}, ...), a path to a "
+        "config.json or a folder holding one, or a size like 7B or 0.5B")

@@ -1,0 +1,125 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``) as rank 0 of a fake world.
+
+The world is a fake process group (``torch.testing._internal.distributed.fake_pg``): collectives
+return at once and write nothing, but FSDP2 allocates its all-gather and reduce-scatter buffers
+and its unsharded parameters exactly as on CUDA. Everything that reaches into FSDP2's private
+modules is here, pinned to torch 2.13 (``fully_shard`` internals: ``_fsdp_param_group``'s
+``foreach_all_gather``/``foreach_reduce``, ``FSDPParam.all_gather_outputs``/``_unsharded_param``/
+``_sharded_param_data``); an upstream change fails here, loudly, with one message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from trainmem.errors import UnsupportedError
+
+if TYPE_CHECKING:
+    from trainmem.setup import TrainingSetup
+    from trainmem.trace.tracker import StorageTracker
+
+__all__ = ["fake_world", "shard_model", "tag_collectives", "fsdp_param_tensors", "decoder_layers"]
+
+_PINNED = "2.13"
+
+
+def _internals_error(what: str) -> UnsupportedError:
+    return UnsupportedError(f"FSDP2 internals changed ({what}; pinned to torch {_PINNED}, found {torch.__version__});"
+                            " use `trainmem estimate`")
+
+
+@contextlib.contextmanager
+def fake_world(world_size: int) -> Iterator[Any]:
+    """Init a fake process group (rank 0 of ``world_size``) and a CPU device mesh; torn down on exit.
+
+    The mesh is built outside ``FakeTensorMode`` (it reads real rank tensors).
+    """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise UnsupportedError("a torch.distributed process group is already initialised; trace in a fresh process")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield init_device_mesh("cpu", (world_size,))
+    finally:
+        dist.destroy_process_group()
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The repeated decoder/encoder blocks (transformers' ``GradientCheckpointingLayer``s)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    for m in model.modules():
+        if isinstance(m, nn.ModuleList) and len(m) and all(isinstance(c, GradientCheckpointingLayer) for c in m):
+            return list(m)
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+def shard_model(model: nn.Module, mesh: Any, setup: "TrainingSetup") -> None:
+    """``fully_shard`` each decoder layer, then the root (torchtitan's wrapping)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": setup.zero == 3}
+    if setup.precision == "amp-bf16":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    elif setup.precision == "amp-fp16":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.float16, reduce_dtype=torch.float32)
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+
+
+@contextlib.contextmanager
+def tag_collectives(tracker: "StorageTracker") -> Iterator[None]:
+    """Tag storages born inside FSDP2's all-gather and reduce-scatter as ``comm``."""
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
+        originals = {name: getattr(pg, name) for name in ("foreach_all_gather", "foreach_reduce")}
+    except (ImportError, AttributeError) as e:
+        raise _internals_error(str(e)) from None
+
+    def wrap(fn: Any) -> Any:
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            prev, tracker.tag = tracker.tag, "comm"
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                tracker.tag = prev
+        return inner
+
+    for name, fn in originals.items():
+        setattr(pg, name, wrap(fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(pg, name, fn)
+
+
+def fsdp_param_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """Every tensor holding parameter data for FSDP2: local shards and unsharded parameters."""
+    from torch.distributed.fsdp import FSDPModule
+
+    out: list[torch.Tensor] = []
+    for m in model.modules():
+        if not isinstance(m, FSDPModule):
+            continue
+        try:
+            group = m._get_fsdp_state()._fsdp_param_group
+            if group is None:
+                continue
+            for fp in group.fsdp_params:
+                out.append(fp._sharded_param_data)
+                out.extend(fp.all_gather_outputs)
+                if hasattr(fp, "_unsharded_param"):
+                    out.append(fp._unsharded_param)
+        except AttributeError as e:
+            raise _internals_error(str(e)) from None
+    return out

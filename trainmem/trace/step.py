@@ -1,0 +1,283 @@
+"""``trace_step``: run a warm-up and a steady optimizer step of the real transformers model on fake
+tensors, and record every device allocation and free of the steady step.
+
+The loop is the recipe's own (per micro-batch: forward with labels under autocast → loss /
+grad_accum → backward; then ``optimizer.step()`` and ``zero_grad(set_to_none=True)``), with the
+batch moved to the device per micro-batch and the model output dropped before backward (only the
+loss is kept, as the HF Trainer does). CUDA behaviour that the CPU does not have is emulated
+(``autocast.py``, ``sdpa.py``, ``moe.py``, foreach optimizers in ``optim.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from trainmem.trace.classify import Roles, breakdown_at, category_peaks
+from trainmem.trace.optim import build_optimizer, host_state_tensors
+from trainmem.trace.result import CATEGORIES, TraceResult
+from trainmem.trace.support import check_traceable
+from trainmem.trace.tracker import MODULE_KEY, StorageTracker
+
+if TYPE_CHECKING:
+    from trainmem.model.spec import ModelSpec
+    from trainmem.setup import TrainingSetup
+
+__all__ = ["trace_step"]
+
+Progress = Callable[[int, int, str], None]
+MAX_TIMELINE_POINTS = 2000
+
+_MODEL_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+                "amp-bf16": torch.float32, "amp-fp16": torch.float32}
+_AMP_DTYPE = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
+
+
+class _NoSkipGradScaler(torch.amp.GradScaler):
+    """GradScaler whose step never skips: the inf check's result is data (``.item()`` on a fake
+    tensor); we trace the common case, finite gradients, so the optimizer always steps."""
+
+    def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):  # noqa: ANN001, ANN202
+        return optimizer.step(*args, **kwargs)
+
+
+def _build_model(spec: "ModelSpec", setup: "TrainingSetup") -> nn.Module:
+    import transformers
+
+    cfg = dict(spec.hf_config)
+    model_type = cfg.pop("model_type", spec.model_type)
+    for k in ("architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype", "auto_map"):
+        cfg.pop(k, None)
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
+    config.use_cache = False
+    cls = getattr(transformers, spec.architecture)
+    dtype = _MODEL_DTYPE[setup.precision]
+    model = cls._from_config(config, attn_implementation=setup.attn, dtype=dtype)
+    model.train()
+    if setup.recompute == "full":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+@contextlib.contextmanager
+def _module_hooks(model: nn.Module, root: str, tracker: StorageTracker) -> Iterator[None]:
+    """Keep the tracker's forward module stack; tag grad_fns with their module; mark recomputation."""
+    handles = []
+
+    def pre(name: str) -> Callable:
+        def hook(mod: nn.Module, args: Any) -> None:
+            if not tracker.module_stack and tracker.phase.startswith("backward"):
+                tracker.birth_phase = "recompute" + tracker.phase[len("backward"):]
+            tracker.module_stack.append(name)
+        return hook
+
+    def post(name: str) -> Callable:
+        def hook(mod: nn.Module, args: Any, out: Any) -> None:
+            for t in torch.utils._pytree.tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                    t.grad_fn.metadata.setdefault(MODULE_KEY, name)
+            if tracker.module_stack:
+                tracker.module_stack.pop()
+            if not tracker.module_stack:
+                tracker.birth_phase = None
+        return hook
+
+    for name, mod in model.named_modules():
+        qual = f"{root}.{name}" if name else root
+        handles.append(mod.register_forward_pre_hook(pre(qual)))
+        handles.append(mod.register_forward_hook(post(qual)))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        tracker.module_stack.clear()
+        tracker.birth_phase = None
+
+
+def _downsample(points: list[tuple[str, int]], limit: int = MAX_TIMELINE_POINTS) -> list[tuple[str, int]]:
+    """Keep at most ~``limit`` points: the highest of each bucket (so the peak survives), plus the last."""
+    if len(points) <= limit:
+        return list(points)
+    step = -(-len(points) // (limit - 1))
+    out = [max(points[i:i + step], key=lambda p: p[1]) for i in range(0, len(points), step)]
+    if out[-1] is not points[-1]:
+        out.append(points[-1])
+    return out
+
+
+def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress | None = None,
+               _emulate: bool = True) -> TraceResult:
+    """Trace one steady optimizer step of ``spec`` trained with ``setup`` (rank 0), on fake tensors.
+
+    Raises :class:`trainmem.errors.UnsupportedError` for setups that cannot be traced.
+    ``_emulate=False`` (tests only) switches the CUDA emulations off to show what they change.
+    """
+    check_traceable(spec, setup)
+    import transformers
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from trainmem.trace.autocast import cuda_autocast
+    from trainmem.trace.fsdp import fake_world, fsdp_param_tensors, shard_model, tag_collectives
+    from trainmem.trace.hf_eager import eager_branches
+    from trainmem.trace.moe import cuda_grouped_mm
+    from trainmem.trace.sdpa import cuda_sdpa
+
+    t0 = time.perf_counter()
+    ga = setup.grad_accum
+    total = 1 + 2 * (2 * ga + 1)
+    done = 0
+
+    def tick(label: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, label)
+
+    fsdp = setup.engine == "fsdp2"
+    emulations: list[str] = ["allocator: every block rounded up to 512 B (CUDACachingAllocator kMinBlockSize)"]
+    notes: list[str] = []
+    with contextlib.ExitStack() as stack:
+        mesh = stack.enter_context(fake_world(setup.gpus)) if fsdp else None
+        stack.enter_context(FakeTensorMode())
+        tracker = StorageTracker()
+        stack.callback(tracker.close)
+        stack.enter_context(tracker)
+        sdpa_mode = amp_mode = None
+        if _emulate:
+            sdpa_mode = stack.enter_context(cuda_sdpa())
+            amp_mode = stack.enter_context(cuda_autocast(lambda t: tracker.tag_tensor(t, "amp_weight_copy")))
+        stack.enter_context(cuda_grouped_mm())
+        stack.enter_context(eager_branches())
+        if fsdp:
+            stack.enter_context(tag_collectives(tracker))
+
+        tracker.phase = "build"
+        model = _build_model(spec, setup)
+        if fsdp:
+            shard_model(model, mesh, setup)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = build_optimizer(setup.optimizer, params)
+        scaler = _NoSkipGradScaler("cpu") if (setup.precision == "amp-fp16" and not fsdp) else None
+        amp_dtype = _AMP_DTYPE.get(setup.precision) if not fsdp else None
+        vocab = int(spec.hf_config.get("vocab_size", spec.vocab_size))
+        stack.enter_context(_module_hooks(model, spec.architecture, tracker))
+        grad_keys: set[int] = set()
+
+        def mark_grad(g: torch.Tensor | None) -> None:
+            if g is not None:
+                grad_keys.add(tracker.observe_tensor(g))
+
+        hook_handles = [p.register_post_accumulate_grad_hook(lambda p: mark_grad(p.grad))
+                        for p in params if not fsdp]
+        stack.callback(lambda: [h.remove() for h in hook_handles])
+        if hasattr(type(model), "loss_function"):
+            orig_loss = model.loss_function
+
+            def loss_function(*args: Any, **kwargs: Any) -> Any:
+                tracker.phase = "loss" + tracker.phase[len("forward"):]
+                return orig_loss(*args, **kwargs)
+
+            model.loss_function = loss_function
+        tick("build")
+
+        def one_step(name: str) -> None:
+            for i in range(ga):
+                tracker.phase = f"forward[{i}]"
+                ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len))
+                labels = ids.clone()
+                ctx = torch.autocast("cpu", dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
+                with ctx:
+                    loss = model(input_ids=ids, labels=labels, use_cache=False).loss
+                if ga > 1:
+                    loss = loss / ga
+                tick(f"{name}: forward {i + 1}/{ga}")
+                tracker.phase = f"backward[{i}]"
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+                del loss, ids, labels
+                tick(f"{name}: backward {i + 1}/{ga}")
+            tracker.phase = "optimizer.step"
+            for p in params:
+                mark_grad(p.grad)
+            if scaler is not None:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+            tracker.phase = "zero_grad"
+            opt.zero_grad(set_to_none=True)
+            tick(f"{name}: optimizer step")
+
+        one_step("warm-up")
+        for t in host_state_tensors(opt):
+            tracker.forget_tensor(t)
+        host = {tracker.key_of(t.untyped_storage()) for t in host_state_tensors(opt)}
+        # Safety net: anything made outside the dispatch mode is registered now.
+        for t in list(model.parameters()) + list(model.buffers()):
+            tracker.observe_tensor(t)
+        for st in opt.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor) and tracker.observe_tensor(v) in host:
+                    tracker.forget_tensor(v)
+        static = tracker.allocated
+        grad_keys.clear()
+        start = tracker.start_recording("forward[0]")
+        one_step("steady")
+        end = tracker.stop_recording()
+        static_after = tracker.allocated
+
+        roles = Roles(grads=grad_keys)
+        param_tensors = list(model.parameters()) + (fsdp_param_tensors(model) if fsdp else [])
+        roles.params = {tracker.observe_tensor(t) for t in param_tensors}
+        roles.buffers = {tracker.observe_tensor(t) for t in model.buffers()}
+        roles.states = {tracker.observe_tensor(v) for st in opt.state.values() for v in st.values()
+                        if isinstance(v, torch.Tensor)} - host
+        lives = tracker.lives
+        breakdown, amp_bytes = breakdown_at(lives, roles, tracker.peak_event)
+        cat_peaks = category_peaks(lives, roles, start, end)
+        if sum(breakdown.values()) != tracker.peak:
+            raise RuntimeError(f"trace accounting error: breakdown {sum(breakdown.values())} != peak {tracker.peak}")
+        n_params = sum(p.numel() for p in model.parameters())
+        n_trainable = sum(p.numel() for p in params)
+        if _emulate:
+            emulations.append("transformers: eager branches on fake tensors (unpacked batch → is_causal SDPA, no s×s mask)")
+            emulations.append("optimizer: foreach=True (the CUDA default); Adam's step counters kept on the host")
+            used = ", ".join(f"{k}×{v}" for k, v in sorted(sdpa_mode.calls.items())) or "not called"
+            emulations.append(f"sdpa: CUDA fused attention kernels (flash / memory-efficient; {used})")
+            if amp_dtype is not None:
+                emulations.append("autocast: CUDA op lists and weight-cast cache (autocast_mode.h)")
+        if spec.is_moe or "expert" in str(spec.hf_config).lower():
+            emulations.append("moe: grouped_mm experts (routing-independent shapes; non-bf16 via transformers' fallback op)")
+        if scaler is not None:
+            notes.append("GradScaler never skips a step (finite gradients assumed)")
+        if fsdp:
+            notes.append("FSDP2 on a fake process group: collectives allocate their buffers but move no data; "
+                         "unsharded gradients before the reduce-scatter count as temporaries")
+        if static_after != static:
+            notes.append(f"static memory changed over the step: {static} -> {static_after} bytes")
+        notes.append("host-side scalar tensors made during the step (< 1 KiB each) are counted as device memory")
+
+        return TraceResult(
+            peak_allocated_bytes=tracker.peak,
+            breakdown_at_peak_bytes=breakdown,
+            category_peak_bytes={c: cat_peaks[c] for c in CATEGORIES},
+            peak_phase=tracker.peak_phase,
+            peak_module=tracker.peak_module,
+            timeline=_downsample(tracker.timeline),
+            static_bytes=static,
+            static_bytes_after=static_after,
+            amp_weight_copies_at_peak_bytes=amp_bytes,
+            phase_peak_bytes=dict(tracker.phase_peak),
+            n_params=n_params,
+            n_trainable_params=n_trainable,
+            emulations=emulations,
+            notes=notes,
+            wall_seconds=round(time.perf_counter() - t0, 3),
+            torch_version=torch.__version__,
+            transformers_version=transformers.__version__,
+        )

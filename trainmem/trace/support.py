@@ -1,0 +1,51 @@
+"""Which setups the tracer can run; everything else raises a one-line ``UnsupportedError``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trainmem.errors import UnsupportedError
+
+if TYPE_CHECKING:
+    from trainmem.model.spec import ModelSpec
+    from trainmem.setup import TrainingSetup
+
+__all__ = ["check_traceable"]
+
+_HINT = "; use `trainmem estimate`"
+
+
+def _no(what: str) -> UnsupportedError:
+    return UnsupportedError(f"cannot trace {what}{_HINT}")
+
+
+def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
+    """Raise :class:`UnsupportedError` (one line) unless ``trace_step`` can run this setup."""
+    s = setup
+    if s.engine not in ("torch", "fsdp2"):
+        raise _no(f"the {s.engine} engine (only torch and fsdp2 are traced)")
+    if s.engine == "torch" and s.dp > 1:
+        raise _no(f"the torch engine with dp({s.dp}) > 1 (DDP buckets are not traced yet)")
+    for axis in ("tp", "pp", "cp", "ep"):
+        if getattr(s, axis) > 1:
+            raise _no(f"{axis}({getattr(s, axis)}) > 1")
+    if s.optimizer == "adamw-8bit":
+        raise _no("adamw-8bit (bitsandbytes kernels)")
+    if s.lora_rank or s.qlora:
+        raise _no("LoRA/QLoRA fine-tuning (not traced yet)")
+    if s.offload != "none":
+        raise _no(f"offload {s.offload}")
+    if s.attn == "flash":
+        raise _no("--attn flash (flash-attention-2 kernels need a GPU; --attn sdpa traces CUDA's flash SDPA kernel)")
+    if s.recompute == "selective":
+        raise _no("--recompute selective (not traced yet)")
+    if s.engine == "fsdp2" and s.precision == "amp-fp16":
+        raise _no("fsdp2 with amp-fp16 (loss scaling of sharded gradients is not traced yet)")
+    if not spec.hf_config:
+        raise _no(f"{spec.name}: no Hugging Face config to build the model from")
+    try:
+        import transformers
+    except ImportError:
+        raise UnsupportedError("tracing needs torch and transformers: pip install 'trainmem[trace]'") from None
+    if not hasattr(transformers, spec.architecture):
+        raise _no(f"architecture {spec.architecture} (not in transformers {transformers.__version__})")
