@@ -58,19 +58,21 @@ class _FusedAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, attn_mask, dropout_p, backend):  # noqa: ANN001, ANN205
         b, a, s, _ = q.shape
         dv = v.shape[-1]
-        out = q.new_empty((b, s, a, dv)).transpose(1, 2)  # [b, a, s, dv] view of [b, s, a, dv]
+        out_bsad = q.new_empty((b, s, a, dv))  # returned as its [b, a, s, dv] transpose
+        # Save the base, not the returned view: same storage, and saved-tensor packing then happens
+        # in the same order in forward and in a checkpoint's recomputation.
         s_lse = s if backend == "flash" else _round_up(s, 32)
         lse = q.new_empty((b, a, s_lse), dtype=torch.float32)
         rng = q.new_empty((2,), dtype=torch.int64) if dropout_p > 0 else None
         ctx.backend = backend
-        saved = [q, k, v, out, lse] + ([rng] if rng is not None else []) + (
+        saved = [q, k, v, out_bsad, lse] + ([rng] if rng is not None else []) + (
             [attn_mask] if attn_mask is not None else [])
         ctx.save_for_backward(*saved)
-        return out
+        return out_bsad.transpose(1, 2)
 
     @staticmethod
     def backward(ctx, grad_out):  # noqa: ANN001, ANN205
-        q, k, v, out, lse, *_ = ctx.saved_tensors
+        q, k, v, _out, _lse, *_ = ctx.saved_tensors
         b, a, s, d = q.shape
         kv, s_k, dv = k.shape[1], k.shape[2], v.shape[-1]
         if ctx.backend == "flash":

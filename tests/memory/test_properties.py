@@ -1,0 +1,76 @@
+"""Invariants of the memory model, over many models and setups (hypothesis)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainmem.memory import estimate
+from trainmem.model.resolve import resolve_model
+from trainmem.setup import make_setup
+
+MODELS = ["llama-3.2-1b", "qwen2.5-0.5b", "mistral-7b", "qwen3-8b", "phi-3-mini-4k", "gpt2", "mixtral-8x7b", "7B"]
+SPECS = {m: resolve_model(m) for m in MODELS}
+model_st = st.sampled_from(MODELS)
+seq_st = st.sampled_from([128, 512, 1024, 2048, 4096])
+prec_torch = st.sampled_from(["fp32", "bf16", "amp-bf16", "amp-fp16"])
+attn_st = st.sampled_from(["sdpa", "eager"])
+
+
+def peak(model: str, **kw) -> int:
+    spec = SPECS[model]
+    if spec.position == "learned":
+        kw["seq_len"] = min(kw.get("seq_len", 1024), spec.max_position_embeddings)
+    return estimate(spec, make_setup(**kw)).peak_allocated_bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(model_st, seq_st, prec_torch, attn_st, st.integers(1, 8))
+def test_memory_grows_with_micro_batch(model, seq, prec, attn, mb) -> None:
+    kw = dict(seq_len=seq, precision=prec, attn=attn)
+    assert peak(model, micro_batch=mb + 1, **kw) >= peak(model, micro_batch=mb, **kw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(model_st, seq_st, prec_torch, st.sampled_from(["torch", "fsdp2"]), st.integers(1, 4))
+def test_recomputation_never_raises_memory(model, seq, prec, engine, mb) -> None:
+    if engine == "fsdp2" and prec == "fp16":
+        return
+    kw = dict(seq_len=seq, precision=prec, engine=engine, micro_batch=mb, gpus=8 if engine == "fsdp2" else 1)
+    none = peak(model, recompute="none", **kw)
+    sel = peak(model, recompute="selective", **kw)
+    full = peak(model, recompute="full", **kw)
+    assert full <= none and sel <= none
+
+
+@settings(max_examples=40, deadline=None)
+@given(model_st, seq_st, st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from(["fsdp2", "deepspeed"]))
+def test_more_gpus_never_raise_zero3_memory(model, seq, n, engine) -> None:
+    kw = dict(seq_len=seq, engine=engine, zero=3, precision="amp-bf16" if engine == "fsdp2" else "mixed-bf16")
+    assert peak(model, gpus=2 * n, **kw) <= peak(model, gpus=n, **kw)
+
+
+@settings(max_examples=30, deadline=None)
+@given(model_st, seq_st, st.integers(1, 6))
+def test_grad_accumulation_never_lowers_the_peak(model, seq, ga) -> None:
+    assert peak(model, seq_len=seq, grad_accum=ga + 1) >= peak(model, seq_len=seq, grad_accum=ga)
+
+
+@settings(max_examples=30, deadline=None)
+@given(model_st, st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2]))
+def test_zero_stages_are_ordered(model, n, mb) -> None:
+    """Each ZeRO stage shards more: per-GPU peak is non-increasing from stage 0 to 3 (deepspeed, ≥ 2 GPUs)."""
+    gpus = 2 * n
+    peaks = [peak(model, engine="deepspeed", zero=z, gpus=gpus, micro_batch=mb, seq_len=512) for z in (0, 1, 2, 3)]
+    assert peaks[1] <= peaks[0] and peaks[2] <= peaks[1] and peaks[3] <= peaks[2] + 2 * 500_000_000
+
+
+def test_breakdown_sums_to_peak() -> None:
+    for m in MODELS:
+        for eng, kw in (("torch", {}), ("fsdp2", dict(gpus=8)), ("deepspeed", dict(gpus=8, zero=2)),
+                        ("megatron", dict(gpus=8, tp=2, pp=2, zero=1, grad_accum=4))):
+            spec = SPECS[m]
+            if eng == "megatron" and spec.num_attention_heads % 2:
+                continue
+            e = estimate(spec, make_setup(engine=eng, seq_len=512, **kw))
+            assert sum(e.breakdown_at_peak_bytes.values()) == e.peak_allocated_bytes, (m, eng)
