@@ -60,7 +60,7 @@ def measured_layer_saved_bytes(cfg: dict, *, attn: str = "sdpa", dtype=torch.bfl
     ids = torch.randint(0, cfg["vocab_size"], (b, s))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            out = model(input_ids=ids, labels=ids)
+            out = model(input_ids=ids, labels=ids, use_cache=False)
     for h in hooks:
         h.remove()
     mine = per_layer[layer]

@@ -20,7 +20,9 @@ from trainmem.setup import make_setup  # noqa: E402
 
 CASES = [(fam, attn, prec) for fam in TINY if fam != "gpt2-dropout"
          for attn in ("sdpa", "eager") for prec in ("bf16", "fp32")
-         if not (fam == "gemma2" and attn == "sdpa")]
+         if not (fam == "gemma2" and attn == "sdpa")          # transformers has no gemma2 sdpa
+         and not (fam.startswith("falcon") and attn == "sdpa")]  # falcon passes a mask: the CPU takes the
+#                                                                   math kernel; the tracer checks CUDA's
 
 
 @pytest.mark.parametrize("fam,attn,prec", CASES, ids=["-".join(c) for c in CASES])

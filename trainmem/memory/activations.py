@@ -158,11 +158,10 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
     - llama-style (separate q/k/v projections, full rotary): rotary makes new q and k; v is a view of
       v_proj's output; the kernel keeps q, k, v, out (+ fp32 logsumexp); o_proj reads the kernel output,
       which flash/efficient kernels already lay out as (b, s, a, d): no extra copy.
-    - gpt2 (fused c_attn, DynamicCache on by default): k and v are copied by the cache update (torch.cat);
-      q stays a view of the fused output, so sdpa keeps the whole fused (b, s, 3h) tensor alive; eager
-      reshapes q for bmm (a copy) instead.
-    - gpt_neox (fused qkv, partial rotary, cache): q (rotary cat) and k, v (cache cat) are new tensors;
-      dense reads a fresh contiguous copy of the attention output.
+    - gpt2 (fused c_attn; training loop with use_cache=False): q, k, v are views of the fused output, so
+      sdpa keeps the whole fused (b, s, 3h) tensor alive; eager reshapes them for bmm (copies) instead.
+    - gpt_neox, phi3 (fused qkv, rotary): q and k are new (rotary cat), v a view of the fused output,
+      which stays alive; dense reads a fresh contiguous copy of the attention output.
     Eager attention keeps the softmax output: fp32 (4 B per b·a·s² element) plus its 16-bit cast (2 B) in
     the llama-style ``softmax(..., dtype=float32).to(dtype)``; gpt2 and bert take softmax in the compute
     dtype (c B only).
@@ -170,19 +169,25 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
     h, a, kv, d, dv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
     c = compute_bytes(setup)
     mt = spec.model_type
-    fused_view = mt == "gpt2"
-    o_copy = mt in ("gpt_neox", "phi3") or spec.is_encoder
+    o_copy = mt in ("gpt_neox", "phi3", "falcon") or spec.is_encoder
     if setup.attn in ("sdpa", "flash"):
         # transformers passes enable_gqa when there is no mask (causal, no padding) and head dims are
         # equal and <= 256 (integrations/sdpa_attention.py use_gqa_in_sdpa); otherwise repeat_kv expands k/v.
-        gqa_native = setup.attn == "flash" or (d == dv and d <= 256 and not spec.is_encoder)
+        # falcon calls sdpa itself with an explicit mask after expanding k/v to every head.
+        gqa_native = setup.attn == "flash" or (d == dv and d <= 256 and not spec.is_encoder and mt != "falcon")
         kv_eff = kv if gqa_native else a
-        if fused_view:
+        if mt == "gpt2":
+            # q, k and v are all views of c_attn's output: sdpa keeps the fused (b, s, 3h) tensor
+            add("qkv_fused_out", "attention", c * (a * d + 2 * kv * d))
+        elif mt in ("gpt_neox", "phi3"):
+            # rotary makes new q and k; v stays a view of the fused output, which stays alive whole
+            add("q", "attention", c * a * d)
+            add("k", "attention", c * kv * d)
             add("qkv_fused_out", "attention", c * (a * d + 2 * kv * d))
         else:
             add("q", "attention", c * a * d)
-        add("k", "attention", c * kv_eff * d)
-        add("v", "attention", c * kv_eff * dv)
+            add("k", "attention", c * kv_eff * d)
+            add("v", "attention", c * kv_eff * dv)
         add("attn_out", "attention", c * a * dv)
         add("logsumexp", "attention", 4.0 * a)  # (b, a, s) fp32
         if o_copy:
@@ -191,7 +196,7 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
     add("q", "attention", c * a * d)
     add("k_repeated", "attention", c * a * d)
     add("v_repeated", "attention", c * a * dv)
-    fp32_softmax = mt not in ("gpt2", "bert", "roberta")
+    fp32_softmax = mt not in ("gpt2", "bert", "roberta", "falcon")
     if fp32_softmax:
         add("softmax_fp32", "attention", 4.0 * a * s)
         if c == 2:
@@ -217,7 +222,12 @@ def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int) -> None:
         # product (kept by down_proj): 4 tensors of width i.
         add("mlp_intermediate", "mlp", 4.0 * c * width)
         return
-    if not (spec.parallel_residual and mt == "falcon"):
+    falcon_two_ln = mt == "falcon" and spec.hf_config.get("new_decoder_architecture") and \
+        (spec.hf_config.get("num_ln_in_parallel_attn") or 2) == 2
+    if falcon_two_ln:
+        # ln_mlp reads the same residual as ln_attn (only its mean/rstd rows are new); its output feeds the MLP
+        add("ln_mlp_stats", "norm", 8.0, tp_split=False)
+    if not (spec.parallel_residual and mt == "falcon") or falcon_two_ln:
         add("mlp_input", "mlp", _linear_inputs_saved(setup, 1, h), tp_split=False)
     if spec.hidden_act in ("gelu_new",):
         # NewGELUActivation (activations.py): 0.5*x*(1+tanh(√(2/π)(x+0.044715x³))) keeps x, tanh(.),

@@ -250,6 +250,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         if (fsdp or zero3) and not tl.has(key):
             tl.alloc(key, "parameters", st.unsharded_elem * n_params)
 
+    produced = [0]
+
     def grad_alloc(key: str, n: int, mb: int) -> None:
         """Gradients of n (trainable) parameters produced in backward of micro-batch mb."""
         if n <= 0:
@@ -260,9 +262,12 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             return
         if e == "deepspeed":
             if s.zero >= 2:
-                # grads are copied into the reduce bucket and the partition; the 16-bit grad is freed
+                # contiguous_gradients: each grad is copied into the ipg bucket and freed; the 16-bit
+                # partition buffer (grads_in_partition) is created at the first bucket reduction, i.e.
+                # once reduce_bucket_size elements have been produced (or at the end of backward).
                 tl.spike(key + ":bf16", "temporaries", 2 * n)
-                if not tl.has("grad_partition"):
+                produced[0] += n
+                if produced[0] >= DS_REDUCE_BUCKET and not tl.has("grad_partition"):
                     tl.alloc("grad_partition", "gradients", 2 * rp.trainable // s.dp)
                 return
             if not tl.has(key):
@@ -292,21 +297,17 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         tl.free(key + ":16")
 
     # -- micro-batches ---------------------------------------------------------------------------
-    n_mb = m if s.pp == 1 else in_flight
-    for mb in range(n_mb):
+    def forward(mb: int) -> None:
         tl.mark(f"forward mb{mb}")
         if first:
-            if fsdp:
-                unit_gather("root", rp.embedding + rp.lm_head) if not tl.has("root") else None
+            if fsdp and not tl.has("root"):
+                unit_gather("root", rp.embedding + rp.lm_head)
             tl.alloc(f"emb{mb}", "activations", embedding_saved(spec, s))
         tl.alloc(f"wide{mb}", "activations", wide)
+        fwd_tmp = 2 * r * T_tok * h
         for j, idx in enumerate(layer_ids):
             unit_gather(f"unit{idx}", layer_params[j])
-            fwd_tmp = 2 * r * T_tok * h
-            if recompute == "full":
-                tl.spike(f"fwdtmp{mb}.{idx}", "activations", saved[j] + fwd_tmp)
-            else:
-                tl.spike(f"fwdtmp{mb}.{idx}", "activations", fwd_tmp)
+            tl.spike(f"fwdtmp{mb}.{idx}", "activations", fwd_tmp + (saved[j] if recompute == "full" else 0))
             tl.alloc(f"act{mb}.{idx}", "activations", saved_eff[j])
             tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j])
             if (fsdp and s.zero == 3) or zero3:
@@ -320,27 +321,26 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
             tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
             tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes)
-    # Backward of the micro-batch(es) whose activations are alive.
-    for mb in range(n_mb):
+
+    def backward(mb: int, boundary: bool) -> None:
         tl.mark(f"backward mb{mb}")
         if last:
             tl.spike(f"lossbwd{mb}", "temporaries", loss.backward_transient_bytes)
             tl.free(f"losskept{mb}")
             tl.alloc(f"glogits{mb}", "temporaries", loss.grad_logits_bytes)
-            tl.free(f"upcast{mb}")
             grad_alloc("g_head", head_train, mb)
             tl.free(f"glogits{mb}")
             tl.free(f"logits{mb}")
             tl.free(f"head{mb}")
             tl.free(f"hcopy{mb}")
         tl.alloc(f"gstream{mb}", "temporaries", r * T_tok * h // (s.tp if s.sp else 1))
-        if e == "deepspeed" and s.zero in (1, 2) and s.dp > 1 and mb == n_mb - 1:
+        if e == "deepspeed" and s.zero in (1, 2) and s.dp > 1 and boundary:
             # contiguous_gradients: one 16-bit reduce bucket (ipg buffer) of reduce_bucket_size elements
             # is alive through the backward of the boundary micro-batch (stage_1_and_2.py ipg_buffer).
             tl.alloc("ipg_buffer", "communication_buffers", 2 * min(DS_REDUCE_BUCKET, rp.trainable))
         for j in reversed(range(n_layers)):
             idx = layer_ids[j]
-            if fsdp and s.zero == 3 or zero3:
+            if (fsdp and s.zero == 3) or zero3:
                 unit_gather(f"unit{idx}", layer_params[j])
                 if j > 0:
                     unit_gather(f"unit{layer_ids[j - 1]}", layer_params[j - 1])  # backward prefetch
@@ -362,6 +362,29 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         tl.free(f"vpp{mb}")
         if fsdp:
             tl.free_prefix("rs_input_prev")
+
+    if s.pp == 1:
+        # Micro-batches run one after another. Every micro-batch after the second sees exactly the state
+        # the second saw (gradients exist, nothing else carried over), so the first, the second and the
+        # last (the boundary, where DeepSpeed reduces) are simulated and the rest are repeats of the second.
+        sim = sorted({0, min(1, m - 1), m - 1})
+        for mb in sim:
+            start = len(tl.points)
+            forward(mb)
+            backward(mb, boundary=mb == m - 1)
+            if mb == 1 and m > 3:
+                seg = tl.points[start:]
+                for rep in range(2, m - 1):
+                    tl.points.extend((ph.replace("mb1", f"mb{rep}"), v) for ph, v in seg)
+    else:
+        # 1F1B: warm-up forwards fill the pipeline, then the stage holds `in_flight` micro-batches at
+        # the first backward; the steady phase alternates one forward / one backward at that level.
+        for mb in range(in_flight):
+            forward(mb)
+        for mb in range(in_flight):
+            backward(mb, boundary=mb == in_flight - 1)
+    if e == "deepspeed" and s.zero >= 2 and not tl.has("grad_partition"):
+        tl.alloc("grad_partition", "gradients", 2 * rp.trainable // s.dp)
     tl.free("root")
     tl.free("ipg_buffer")
     # -- optimizer step ----------------------------------------------------------------------------

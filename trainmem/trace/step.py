@@ -3,8 +3,9 @@ tensors, and record every device allocation and free of the steady step.
 
 The loop is the recipe's own (per micro-batch: forward with labels under autocast → loss /
 grad_accum → backward; then ``optimizer.step()`` and ``zero_grad(set_to_none=True)``), with the
-batch moved to the device per micro-batch and the model output dropped before backward (only the
-loss is kept, as the HF Trainer does). CUDA behaviour that the CPU does not have is emulated
+batch moved to the device per micro-batch; the model output (and so the logits) is held through
+``backward()`` and dropped after it, as in the common loop ``out = model(**batch); out.loss.backward()``
+(accelerate's examples, most hand-written loops; the HF Trainer drops the logits before backward). CUDA behaviour that the CPU does not have is emulated
 (``autocast.py``, ``sdpa.py``, ``moe.py``, foreach optimizers in ``optim.py``).
 """
 
@@ -60,19 +61,22 @@ def _build_model(spec: "ModelSpec", setup: "TrainingSetup") -> nn.Module:
     model = cls._from_config(config, attn_implementation=setup.attn, dtype=dtype)
     model.train()
     if setup.recompute == "full":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers 5.24: activation_checkpointing_enable (gradient_checkpointing_enable is its
+        # deprecated alias) checkpoints every decoder layer (GradientCheckpointingLayer).
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:  # pragma: no cover - older transformers
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
 
 
 @contextlib.contextmanager
 def _module_hooks(model: nn.Module, root: str, tracker: StorageTracker) -> Iterator[None]:
-    """Keep the tracker's forward module stack; tag grad_fns with their module; mark recomputation."""
+    """Keep the tracker's forward module stack and tag each module output's grad_fn with the module."""
     handles = []
 
     def pre(name: str) -> Callable:
         def hook(mod: nn.Module, args: Any) -> None:
-            if not tracker.module_stack and tracker.phase.startswith("backward"):
-                tracker.birth_phase = "recompute" + tracker.phase[len("backward"):]
             tracker.module_stack.append(name)
         return hook
 
@@ -83,8 +87,6 @@ def _module_hooks(model: nn.Module, root: str, tracker: StorageTracker) -> Itera
                     t.grad_fn.metadata.setdefault(MODULE_KEY, name)
             if tracker.module_stack:
                 tracker.module_stack.pop()
-            if not tracker.module_stack:
-                tracker.birth_phase = None
         return hook
 
     for name, mod in model.named_modules():
@@ -97,7 +99,37 @@ def _module_hooks(model: nn.Module, root: str, tracker: StorageTracker) -> Itera
         for h in handles:
             h.remove()
         tracker.module_stack.clear()
-        tracker.birth_phase = None
+
+
+def _wrap_checkpointing(model: nn.Module, tracker: StorageTracker, function_modes: list) -> None:
+    """Mark a checkpoint's recomputation (birth phase ``recompute[i]``) and run it under the CUDA
+    emulations: the autograd engine runs backward with an empty torch-function-mode stack, so the
+    recomputation would otherwise escape them (and recompute other tensors than the forward saved).
+    Non-reentrant checkpointing stops the recomputation early by raising, so all state is restored
+    in ``finally`` (module hooks' post-hooks do not run then)."""
+
+    def wrap(orig_ckpt: Callable) -> Callable:
+        def ckpt(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+            def run(*a: Any, **k: Any) -> Any:
+                if not tracker.phase.startswith("backward"):
+                    return fn(*a, **k)
+                depth, prev = len(tracker.module_stack), tracker.birth_phase
+                tracker.birth_phase = "recompute" + tracker.phase[len("backward"):]
+                try:
+                    with contextlib.ExitStack() as modes:
+                        for m in function_modes:
+                            modes.enter_context(m)
+                        return fn(*a, **k)
+                finally:
+                    del tracker.module_stack[depth:]
+                    tracker.birth_phase = prev
+            return orig_ckpt(run, *args, **kwargs)
+        return ckpt
+
+    for mod in model.modules():
+        orig = getattr(mod, "_gradient_checkpointing_func", None)
+        if orig is not None:
+            mod._gradient_checkpointing_func = wrap(orig)
 
 
 def _downsample(points: list[tuple[str, int]], limit: int = MAX_TIMELINE_POINTS) -> list[tuple[str, int]]:
@@ -167,6 +199,8 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
         amp_dtype = _AMP_DTYPE.get(setup.precision) if not fsdp else None
         vocab = int(spec.hf_config.get("vocab_size", spec.vocab_size))
         stack.enter_context(_module_hooks(model, spec.architecture, tracker))
+        if setup.recompute == "full":
+            _wrap_checkpointing(model, tracker, [m for m in (sdpa_mode, amp_mode) if m is not None])
         grad_keys: set[int] = set()
 
         def mark_grad(g: torch.Tensor | None) -> None:
@@ -193,13 +227,14 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
                 labels = ids.clone()
                 ctx = torch.autocast("cpu", dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
                 with ctx:
-                    loss = model(input_ids=ids, labels=labels, use_cache=False).loss
+                    outputs = model(input_ids=ids, labels=labels, use_cache=False)
+                loss = outputs.loss
                 if ga > 1:
                     loss = loss / ga
                 tick(f"{name}: forward {i + 1}/{ga}")
                 tracker.phase = f"backward[{i}]"
                 (scaler.scale(loss) if scaler is not None else loss).backward()
-                del loss, ids, labels
+                del loss, outputs, ids, labels
                 tick(f"{name}: backward {i + 1}/{ga}")
             tracker.phase = "optimizer.step"
             for p in params:
@@ -267,7 +302,7 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
             breakdown_at_peak_bytes=breakdown,
             category_peak_bytes={c: cat_peaks[c] for c in CATEGORIES},
             peak_phase=tracker.peak_phase,
-            peak_module=tracker.peak_module,
+            peak_module=tracker.peak_module or ("optimizer" if tracker.peak_phase.startswith("optimizer") else ""),
             timeline=_downsample(tracker.timeline),
             static_bytes=static,
             static_bytes_after=static_after,

@@ -1,0 +1,59 @@
+"""Speed of the estimator: median in-process estimate time and median CLI wall time.
+
+Targets (issue 2): an estimate ≤ 5 ms in-process; ``trainmem estimate llama-3.1-8b`` ≤ 0.3 s wall.
+Run: python benchmarks/speed.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+from trainmem.memory import estimate
+from trainmem.model.resolve import resolve_model
+from trainmem.setup import make_setup
+
+CASES = [
+    ("llama-3.1-8b", dict()),
+    ("llama-3.1-70b", dict(engine="fsdp2", gpus=64, grad_accum=8)),
+    ("llama-3.1-405b", dict(engine="megatron", tp=8, pp=9, gpus=576, zero=1, grad_accum=32, vpp=2)),
+    ("mixtral-8x7b", dict(engine="deepspeed", zero=3, gpus=16)),
+    ("deepseek-v3", dict(engine="megatron", tp=2, pp=16, ep=8, gpus=256, zero=1, grad_accum=16)),
+]
+
+
+def main() -> None:
+    print(f"{'case':70s} {'median ms':>10s} {'max ms':>8s}")
+    worst = 0.0
+    for name, kw in CASES:
+        spec = resolve_model(name)
+        setup = make_setup(**kw)
+        estimate(spec, setup)
+        times = []
+        for _ in range(30):
+            t = time.perf_counter()
+            estimate(spec, setup)
+            times.append((time.perf_counter() - t) * 1e3)
+        med = statistics.median(times)
+        worst = max(worst, med)
+        print(f"{name + ' ' + str(kw):70s} {med:10.2f} {max(times):8.2f}")
+    print(f"worst median in-process estimate: {worst:.2f} ms (target <= 5 ms)")
+    walls = []
+    for _ in range(7):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "trainmem.cli", "estimate", "llama-3.1-8b", "--json"],
+                       check=True, capture_output=True)
+        walls.append(time.perf_counter() - t)
+    print(f"median wall of `trainmem estimate llama-3.1-8b --json`: {statistics.median(walls):.3f} s (target <= 0.3 s)")
+    walls = []
+    for _ in range(5):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "trainmem.cli", "estimate", "llama-3.1-8b"], check=True, capture_output=True)
+        walls.append(time.perf_counter() - t)
+    print(f"median wall of `trainmem estimate llama-3.1-8b` (rich table): {statistics.median(walls):.3f} s")
+
+
+if __name__ == "__main__":
+    main()
