@@ -52,8 +52,15 @@ class LayerSaved:
         return out
 
 
+def _fsdp2_mixed(setup: TrainingSetup) -> bool:
+    """FSDP2's MixedPrecisionPolicy(param_dtype=16-bit) gathers 16-bit parameters and runs the module
+    in 16 bits without autocast: activations are those of a pure 16-bit model."""
+    return setup.engine == "fsdp2" and setup.precision in ("amp-bf16", "amp-fp16")
+
+
 def is_amp(setup: TrainingSetup) -> bool:
-    return setup.precision in ("amp-bf16", "amp-fp16")
+    """torch.autocast over fp32 parameters (casts at every matmul)."""
+    return setup.precision in ("amp-bf16", "amp-fp16") and not _fsdp2_mixed(setup)
 
 
 def compute_bytes(setup: TrainingSetup) -> int:
@@ -63,7 +70,10 @@ def compute_bytes(setup: TrainingSetup) -> int:
 
 def residual_bytes(setup: TrainingSetup) -> int:
     """Bytes per element of the residual stream: fp32 params under autocast keep it fp32
-    (embedding output and residual adds are not autocast ops); pure 16-bit models keep it 16-bit."""
+    (embedding output and residual adds are not autocast ops); pure 16-bit models (and FSDP2 with a
+    16-bit param_dtype) keep it 16-bit."""
+    if _fsdp2_mixed(setup):
+        return 2
     return 4 if setup.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
 
 
@@ -230,9 +240,15 @@ def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int) -> None:
     if not (spec.parallel_residual and mt == "falcon") or falcon_two_ln:
         add("mlp_input", "mlp", _linear_inputs_saved(setup, 1, h), tp_split=False)
     if spec.hidden_act in ("gelu_new",):
-        # NewGELUActivation (activations.py): 0.5*x*(1+tanh(√(2/π)(x+0.044715x³))) keeps x, tanh(.),
-        # 0.5*x and 1+tanh(.), then fc2 keeps the result: 5 tensors of width i.
-        add("mlp_intermediate", "mlp", 5.0 * c * width)
+        if is_amp(setup):
+            # Under CUDA autocast ``pow`` is an fp32 op: it keeps an fp32 copy of x (4), the rest of the
+            # formula runs in fp32 (tanh output 4, 1+tanh 4), 0.5*x stays 16-bit (2), and fc2 keeps its
+            # own 16-bit cast of the fp32 result (2): 16 B per element of width i.
+            add("mlp_intermediate", "mlp", 16.0 * width)
+        else:
+            # NewGELUActivation (activations.py): 0.5*x*(1+tanh(√(2/π)(x+0.044715x³))) keeps x, tanh(.),
+            # 0.5*x and 1+tanh(.), then fc2 keeps the result: 5 tensors of width i.
+            add("mlp_intermediate", "mlp", 5.0 * c * width)
     else:
         # native gelu/relu keeps its input; fc2 keeps the activation output: 2 tensors.
         add("mlp_intermediate", "mlp", 2.0 * c * width)

@@ -246,9 +246,52 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     bwd_transient = r * T_tok * h + 2 * c * T_tok * i_eff
     grads_live = st.grads_static > 0
 
+    ue = st.unsharded_elem
+
     def unit_gather(key: str, n_params: int) -> None:
-        if (fsdp or zero3) and not tl.has(key):
-            tl.alloc(key, "parameters", st.unsharded_elem * n_params)
+        """Unshard a unit. FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py): unshard()
+        first frees the previous all-gather's output (kept as ``all_gather_state`` for stream order),
+        all-gathers into a new flat output, and wait_for_unshard() copies it out into the unsharded
+        parameters; that output then stays alive until the next unshard. A prefetched unit already has
+        its output (``ag_pending``) and only copies out."""
+        if not (fsdp or zero3) or tl.has(key):
+            return
+        if zero3:
+            tl.alloc(key, "parameters", ue * n_params)
+            return
+        pending = "ag_pending:" + key
+        if not tl.has(pending):
+            tl.free("ag_state")
+            tl.alloc(pending, "communication_buffers", ue * n_params)
+        tl.alloc(key, "parameters", ue * n_params)
+        tl.free("ag_state")
+        tl.rename(pending, "ag_state")
+
+    def fsdp_prefetch(key: str, n_params: int) -> None:
+        """FSDP2 backward prefetch: all-gather the next unit now, copy it out at its pre-backward."""
+        if tl.has(key) or tl.has("ag_pending:" + key):
+            return
+        tl.free("ag_state")
+        tl.alloc("ag_pending:" + key, "communication_buffers", ue * n_params)
+
+    rs_elem = 2 if s.precision == "bf16" else 4  # reduce_dtype: fp32 under the mixed policy
+
+    def fsdp_reduce(keys: list[str], n: int) -> None:
+        """post_backward: free the previous reduce-scatter input (``reduce_scatter_state``), copy the
+        unsharded grads into a new reduce-scatter input in reduce_dtype, free them, and accumulate the
+        sharded output into the sharded gradient (created at the first micro-batch)."""
+        if n <= 0:
+            return
+        tl.free("rs_state")
+        tl.alloc("rs_in", "communication_buffers", rs_elem * n)
+        for k in keys:
+            tl.free(k + ":unsharded")
+        shard = keys[0] + ":sharded"
+        if not tl.has(shard):
+            tl.alloc(shard, "gradients", st.grad_elem * n // s.dp)
+        else:
+            tl.spike(shard + ":new", "temporaries", st.grad_elem * n // s.dp)
+        tl.rename("rs_in", "rs_state")
 
     produced = [0]
 
@@ -276,16 +319,9 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 tl.spike(key + ":new", "temporaries", 2 * n)
             return
         if fsdp:
-            # unsharded grad (compute dtype) → reduce-scatter input (fp32 reduce) → sharded fp32 grad
-            tl.alloc(key + ":unsharded", "temporaries", st.unsharded_elem * n)
-            tl.free_prefix("rs_input_prev")
-            rs_elem = 4 if s.precision != "bf16" else 2
-            tl.alloc("rs_input_prev" + key, "communication_buffers", rs_elem * n)
-            tl.free(key + ":unsharded")
-            if not tl.has(key):
-                tl.alloc(key, "gradients", st.grad_elem * n // s.dp)
-            else:
-                tl.spike(key + ":new", "temporaries", st.grad_elem * n // s.dp)
+            # autograd writes the unsharded grad (param_dtype) of the gathered parameter; the unit's
+            # post_backward (fsdp_reduce) turns it into the sharded gradient.
+            tl.alloc(key + ":unsharded", "temporaries", ue * n)
             return
         # torch engine: AccumulateGrad steals the first gradient; later ones are added in place.
         if amp and not s.is_lora:
@@ -324,11 +360,16 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
 
     def backward(mb: int, boundary: bool) -> None:
         tl.mark(f"backward mb{mb}")
+        tl.free("ag_state")  # FSDP2's root pre-backward waits for and drops the last all-gather output
         if last:
             tl.spike(f"lossbwd{mb}", "temporaries", loss.backward_transient_bytes)
             tl.free(f"losskept{mb}")
             tl.alloc(f"glogits{mb}", "temporaries", loss.grad_logits_bytes)
             grad_alloc("g_head", head_train, mb)
+            if spec.tie_word_embeddings and first:
+                # tied LM head: the embedding's gradient is created here, at the head's backward,
+                # and the embedding's own backward adds to it at the very end
+                grad_alloc("g_emb", emb_train, mb)
             tl.free(f"glogits{mb}")
             tl.free(f"logits{mb}")
             tl.free(f"head{mb}")
@@ -343,7 +384,10 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             if (fsdp and s.zero == 3) or zero3:
                 unit_gather(f"unit{idx}", layer_params[j])
                 if j > 0:
-                    unit_gather(f"unit{layer_ids[j - 1]}", layer_params[j - 1])  # backward prefetch
+                    if fsdp:
+                        fsdp_prefetch(f"unit{layer_ids[j - 1]}", layer_params[j - 1])
+                    else:
+                        unit_gather(f"unit{layer_ids[j - 1]}", layer_params[j - 1])
             if recompute != "none":
                 tl.alloc(f"recomp{mb}.{idx}", "activations", saved[j] + (copies[j] if recompute == "full" else 0))
             tl.alloc(f"bwdtmp{mb}.{idx}", "temporaries", bwd_transient)
@@ -352,6 +396,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.free(f"act{mb}.{idx}")
             tl.free(f"recomp{mb}.{idx}")
             tl.free(f"wcopy{mb}.{idx}")
+            if fsdp:
+                fsdp_reduce([f"g{idx}"], layer_train[j])
             if fsdp or zero3:
                 tl.free(f"unit{idx}")
         tl.free(f"gstream{mb}")
@@ -361,7 +407,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         tl.free(f"wide{mb}")
         tl.free(f"vpp{mb}")
         if fsdp:
-            tl.free_prefix("rs_input_prev")
+            # the root unit (embedding, final norm, LM head) reduces last; the final callback then
+            # waits for the outstanding collectives and drops their buffers
+            fsdp_reduce(["g_emb", "g_head"], emb_train + head_train)
+            tl.free("rs_state")
+            tl.free("ag_state")
 
     if s.pp == 1:
         # Micro-batches run one after another. Every micro-batch after the second sees exactly the state

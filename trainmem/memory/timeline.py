@@ -55,6 +55,11 @@ class Timeline:
         for k in [k for k in self.live if k.startswith(prefix)]:
             self.free(k)
 
+    def rename(self, old: str, new: str) -> None:
+        """The same block under a new name (no allocation, no free)."""
+        if old in self.live:
+            self.live[new] = self.live.pop(old)
+
     def has(self, key: str) -> bool:
         return key in self.live
 

@@ -132,6 +132,23 @@ def _wrap_checkpointing(model: nn.Module, tracker: StorageTracker, function_mode
             mod._gradient_checkpointing_func = wrap(orig)
 
 
+def _debug_dump(lives: list, roles: Any, event: int, phase_events: dict[str, int]) -> None:
+    """Developer aid: with TRAINMEM_TRACE_DUMP=path, write every storage alive at the peak (size, birth
+    phase, module, tag, category), largest first; TRAINMEM_TRACE_DUMP_PHASE=name dumps that phase's peak."""
+    import os
+
+    path = os.environ.get("TRAINMEM_TRACE_DUMP")
+    if not path:
+        return
+    event = phase_events.get(os.environ.get("TRAINMEM_TRACE_DUMP_PHASE", ""), event)
+    from trainmem.trace.classify import classify
+
+    alive = [lf for lf in lives if lf.born <= event and (lf.died is None or lf.died > event) and lf.nbytes]
+    with open(path, "w") as f:
+        for lf in sorted(alive, key=lambda lf: -lf.nbytes):
+            f.write(f"{lf.nbytes}\t{lf.phase}\t{lf.module}\t{lf.tag}\t{classify(lf, roles)}\n")
+
+
 def _downsample(points: list[tuple[str, int]], limit: int = MAX_TIMELINE_POINTS) -> list[tuple[str, int]]:
     """Keep at most ~``limit`` points: the highest of each bucket (so the peak survives), plus the last."""
     if len(points) <= limit:
@@ -155,6 +172,7 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from trainmem.trace.autocast import cuda_autocast
+    from trainmem.trace.dropout import cuda_dropout
     from trainmem.trace.fsdp import fake_world, fsdp_param_tensors, shard_model, tag_collectives
     from trainmem.trace.hf_eager import eager_branches
     from trainmem.trace.moe import cuda_grouped_mm
@@ -180,8 +198,9 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
         tracker = StorageTracker()
         stack.callback(tracker.close)
         stack.enter_context(tracker)
-        sdpa_mode = amp_mode = None
+        sdpa_mode = amp_mode = drop_mode = None
         if _emulate:
+            drop_mode = stack.enter_context(cuda_dropout())
             sdpa_mode = stack.enter_context(cuda_sdpa())
             amp_mode = stack.enter_context(cuda_autocast(lambda t: tracker.tag_tensor(t, "amp_weight_copy")))
         stack.enter_context(cuda_grouped_mm())
@@ -200,7 +219,7 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
         vocab = int(spec.hf_config.get("vocab_size", spec.vocab_size))
         stack.enter_context(_module_hooks(model, spec.architecture, tracker))
         if setup.recompute == "full":
-            _wrap_checkpointing(model, tracker, [m for m in (sdpa_mode, amp_mode) if m is not None])
+            _wrap_checkpointing(model, tracker, [m for m in (drop_mode, sdpa_mode, amp_mode) if m is not None])
         grad_keys: set[int] = set()
 
         def mark_grad(g: torch.Tensor | None) -> None:
@@ -275,6 +294,7 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
         lives = tracker.lives
         breakdown, amp_bytes = breakdown_at(lives, roles, tracker.peak_event)
         cat_peaks = category_peaks(lives, roles, start, end)
+        _debug_dump(lives, roles, tracker.peak_event, tracker.phase_peak_event)
         if sum(breakdown.values()) != tracker.peak:
             raise RuntimeError(f"trace accounting error: breakdown {sum(breakdown.values())} != peak {tracker.peak}")
         n_params = sum(p.numel() for p in model.parameters())
@@ -284,6 +304,8 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
             emulations.append("optimizer: foreach=True (the CUDA default); Adam's step counters kept on the host")
             used = ", ".join(f"{k}×{v}" for k, v in sorted(sdpa_mode.calls.items())) or "not called"
             emulations.append(f"sdpa: CUDA fused attention kernels (flash / memory-efficient; {used})")
+            if drop_mode is not None and drop_mode.calls:
+                emulations.append("dropout: CUDA's fused native_dropout (bool mask)")
             if amp_dtype is not None:
                 emulations.append("autocast: CUDA op lists and weight-cast cache (autocast_mode.h)")
         if spec.is_moe or "expert" in str(spec.hf_config).lower():

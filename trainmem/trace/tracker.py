@@ -94,6 +94,7 @@ class StorageTracker(TorchDispatchMode):
         """Tag given to storages born now (``comm`` inside FSDP collectives)."""
         self.recording = False
         self.timeline: list[tuple[str, int]] = []
+        self.phase_peak_event: dict[str, int] = {}
         self.peak = 0
         self.peak_event = -1
         self.peak_phase = ""
@@ -234,6 +235,7 @@ class StorageTracker(TorchDispatchMode):
         self.timeline.append((phase, a))
         if a > self.phase_peak.get(phase, -1):
             self.phase_peak[phase] = a
+            self.phase_peak_event[phase] = self.event
         if a > self.peak:
             self.peak, self.peak_event, self.peak_phase = a, self.event, phase
             self.peak_module = self.current_module()
