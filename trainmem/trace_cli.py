@@ -1,11 +1,100 @@
-"""Registers ``trainmem trace`` on the CLI; the tracer itself (torch) is imported only when it runs."""
+"""``trainmem trace``: trace one training step (fake tensors, or a real CUDA step) and compare with the estimate.
+
+Registered on the CLI at start-up; torch and transformers are imported only when a trace runs.
+"""
 
 from __future__ import annotations
+
+import json
+from typing import Optional
 
 import typer
 
 __all__ = ["register"]
 
 
-def register(app: typer.Typer) -> None:  # filled in by the trace issue
-    return None
+def register(app: typer.Typer) -> None:
+    @app.command("trace")
+    def trace_cmd(
+        model: str = typer.Argument(..., help="catalog name, path to config.json, or a size like 1B"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len"),
+        micro_batch: Optional[int] = typer.Option(None, "--micro-batch"),
+        grad_accum: Optional[int] = typer.Option(None, "--grad-accum"),
+        precision: Optional[str] = typer.Option(None, "--precision"),
+        optimizer: Optional[str] = typer.Option(None, "--optimizer"),
+        recompute: Optional[str] = typer.Option(None, "--recompute"),
+        attn: Optional[str] = typer.Option(None, "--attn"),
+        engine: Optional[str] = typer.Option(None, "--engine"),
+        gpus: Optional[int] = typer.Option(None, "--gpus"),
+        dp: Optional[int] = typer.Option(None, "--dp"), tp: Optional[int] = typer.Option(None, "--tp"),
+        pp: Optional[int] = typer.Option(None, "--pp"), cp: Optional[int] = typer.Option(None, "--cp"),
+        ep: Optional[int] = typer.Option(None, "--ep"), vpp: Optional[int] = typer.Option(None, "--vpp"),
+        sp: bool = typer.Option(False, "--sp"),
+        zero: Optional[int] = typer.Option(None, "--zero"),
+        offload: Optional[str] = typer.Option(None, "--offload"),
+        lora_rank: Optional[int] = typer.Option(None, "--lora-rank"),
+        lora_targets: Optional[str] = typer.Option(None, "--lora-targets"),
+        qlora: bool = typer.Option(False, "--qlora"),
+        gpu: Optional[str] = typer.Option(None, "--gpu"),
+        compare: bool = typer.Option(False, "--compare", help="estimate and trace side by side, per category"),
+        device: str = typer.Option("fake", "--device", help="fake (CPU, fake tensors) | cuda (a real step)"),
+        as_json: bool = typer.Option(False, "--json"),
+        lang: str = typer.Option("en", "--lang", help="en|zh"),
+    ) -> None:
+        """Trace one steady training step of the real transformers model (no GPU needed)."""
+        from trainmem.api import build
+        from trainmem.errors import ConfigError
+
+        if device not in ("fake", "cuda"):
+            raise ConfigError(f"device: {device!r} is not one of fake, cuda")
+        spec, setup = build(model, seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
+                            precision=precision, optimizer=optimizer, recompute=recompute, attn=attn,
+                            engine=engine, gpus=gpus, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, sp=sp or None,
+                            zero=zero, offload=offload, lora_rank=lora_rank, lora_targets=lora_targets,
+                            qlora=qlora or None, gpu=gpu)
+        if device == "cuda":
+            from trainmem.trace.cuda import cuda_step
+
+            res = cuda_step(spec, setup)
+            if as_json:
+                print(json.dumps(res.to_dict()))
+            else:
+                from rich.console import Console
+                Console().print(res.to_dict())
+            return
+        from trainmem.trace.support import check_traceable
+
+        check_traceable(spec, setup)  # one line, before any progress bar
+        result = _trace_with_progress(spec, setup, quiet=as_json)
+        if compare:
+            from trainmem.trace.compare import compare as do_compare
+
+            cmp = do_compare(spec, setup, trace=result)
+            if as_json:
+                print(json.dumps({"trace": result.to_dict(), "comparison": cmp.to_dict()}))
+            else:
+                from trainmem.report.trace_table import print_comparison
+                print_comparison(spec, setup, cmp, lang)
+            return
+        if as_json:
+            print(json.dumps(result.to_dict()))
+        else:
+            from trainmem.report.trace_table import print_trace
+            print_trace(spec, setup, result, lang)
+
+
+def _trace_with_progress(spec, setup, quiet: bool):  # noqa: ANN001, ANN202
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from trainmem.trace import trace_step
+
+    if quiet:
+        return trace_step(spec, setup)
+    with Progress(TextColumn("[bold]tracing[/bold] {task.description}"), BarColumn(), TimeElapsedColumn(),
+                  transient=True) as prog:
+        task = prog.add_task("build", total=None)
+
+        def cb(done: int, total: int, label: str) -> None:
+            prog.update(task, completed=done, total=total, description=label)
+
+        return trace_step(spec, setup, progress=cb)

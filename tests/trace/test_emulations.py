@@ -119,3 +119,30 @@ def test_moe_activations_grow_with_top_k():
     k1 = trace_step(make_spec({**MIXTRAL_TINY, "num_experts_per_tok": 1}, "MixtralForCausalLM"), setup)
     k2 = trace_step(make_spec(MIXTRAL_TINY, "MixtralForCausalLM"), setup)
     assert k2.category_peak_bytes["activations"] > k1.category_peak_bytes["activations"]
+
+
+# -- dropout ----------------------------------------------------------------------------------
+def test_dropout_keeps_a_bool_mask_as_on_cuda():
+    """GPT-2 block, bf16, dropout 0.1 after the attention projection and the MLP (+ the embedding):
+    CUDA's fused native_dropout keeps a 1-byte bool mask per element, (2·L + 1)·b·s·h bytes in all;
+    the CPU's dropout keeps a mask in the input dtype (2 bytes)."""
+    from trainmem.model.hf import spec_from_hf_config
+
+    cfg = {"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_positions": 512,
+           "vocab_size": 1024, "attn_pdrop": 0.0}
+    b, s, L, h = 2, 128, 2, 128
+    setup = make_setup(precision="bf16", seq_len=s, micro_batch=b)
+    with_drop = spec_from_hf_config({**cfg, "resid_pdrop": 0.1, "embd_pdrop": 0.1}, name="gpt2-drop")
+    no_drop = spec_from_hf_config({**cfg, "resid_pdrop": 0.0, "embd_pdrop": 0.0}, name="gpt2")
+    masks = (2 * L + 1) * b * s * h
+    act = lambda sp, **kw: trace_step(sp, setup, **kw).breakdown_at_peak_bytes["activations"]  # noqa: E731
+    assert act(with_drop) - act(no_drop) == pytest.approx(masks, abs=5 * 512)
+    assert act(with_drop, _emulate=False) - act(no_drop, _emulate=False) >= 2 * masks - 5 * 512
+
+
+def test_adafactor_traces_with_factored_state():
+    """torch.optim.Adafactor reads .item() of its step and of norms; the tracker gives fake tensors a
+    neutral value. Its state is factored: far below one value per parameter."""
+    res = trace_step(SPEC, make_setup(precision="fp32", optimizer="adafactor", seq_len=64))
+    n_params = res.n_params
+    assert 0 < res.breakdown_at_peak_bytes["optimizer_states"] + res.category_peak_bytes["optimizer_states"] < n_params

@@ -84,7 +84,6 @@ def test_fsdp2_shards_parameters():
     ({"engine": "deepspeed"}, "deepspeed"),
     ({"gpus": 2}, "dp(2)"),
     ({"optimizer": "adamw-8bit"}, "adamw-8bit"),
-    ({"optimizer": "adafactor"}, "adafactor"),
     ({"lora_rank": 8}, "LoRA"),
     ({"attn": "flash"}, "flash"),
     ({"recompute": "selective"}, "selective"),

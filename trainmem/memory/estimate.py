@@ -321,7 +321,10 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         if fsdp:
             # autograd writes the unsharded grad (param_dtype) of the gathered parameter; the unit's
             # post_backward (fsdp_reduce) turns it into the sharded gradient.
-            tl.alloc(key + ":unsharded", "temporaries", ue * n)
+            if tl.has(key + ":unsharded"):  # a tied weight's second contribution is added in place
+                tl.spike(key + ":new", "temporaries", ue * n)
+            else:
+                tl.alloc(key + ":unsharded", "temporaries", ue * n)
             return
         # torch engine: AccumulateGrad steals the first gradient; later ones are added in place.
         if amp and not s.is_lora:

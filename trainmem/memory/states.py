@@ -20,7 +20,7 @@ from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
 __all__ = ["RankParams", "rank_params", "param_bytes_per_elem", "optimizer_state_bytes",
-           "optimizer_step_temp_bytes", "qlora_base_bytes", "lora_param_count", "stage_layers"]
+           "optimizer_step_temp_bytes", "qlora_base_bytes", "lora_param_count", "stage_layers", "adafactor_state_elems"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,11 +124,38 @@ def optimizer_state_bytes(setup: TrainingSetup, n_trainable: int, state_elem_byt
     if o == "adafactor":
         if spec is None:
             return 0
-        h, i = spec.hidden_size, spec.intermediate_size
-        # Per layer: q/k/v/o and gate/up/down matrices' row+col factors; norms' full moments.
-        frac = (h + i) / max(1, h * i)
-        return int(4 * n_trainable * frac * 2)
+        return state_elem_bytes * adafactor_state_elems(spec)
     raise AssertionError(o)
+
+
+def adafactor_state_elems(spec: ModelSpec) -> int:
+    """torch.optim.Adafactor state elements (torch/optim/_adafactor.py ``_init_group``): a matrix (or
+    stacked experts ``(..., r, c)``) keeps row (``shape[:-1]``) and column (``shape[:-2] + shape[-1:]``)
+    second moments; a vector keeps a full one. Shapes follow the HF modules (q/k/v/o, gate/up/down or
+    fc/proj, embeddings); norms, biases and anything not a matrix are counted as vectors."""
+    h, a, kv, d, dv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
+    pc = spec.params
+    total = spec.vocab_size + h  # embedding (V, h)
+    if pc.lm_head:
+        total += spec.vocab_size + h
+    for i, lp in enumerate(pc.layers):
+        mats = [(a * d, h), (kv * d, h), (kv * dv, h), (h, a * dv)]
+        if lp.experts:
+            E, mi = spec.num_experts, spec.moe_intermediate_size
+            total += E * (2 * mi + h) + E * (h + mi)  # gate_up (E, 2mi, h), down (E, h, mi)
+            total += spec.num_experts + h  # router (E, h)
+        if lp.shared_experts:
+            si = spec.shared_expert_intermediate_size
+            mats += [(si, h), (si, h), (h, si)]
+        if lp.mlp:
+            i_ = spec.intermediate_size
+            mats += [(i_, h), (i_, h), (h, i_)] if spec.mlp_gated else [(i_, h), (h, i_)]
+        mat_numel = sum(r * c for r, c in mats)
+        total += sum(r + c for r, c in mats)
+        vec = lp.total - lp.experts - lp.router - mat_numel
+        total += max(vec, 0)
+    total += pc.final_norm
+    return total
 
 
 def optimizer_step_temp_bytes(setup: TrainingSetup, n_trainable_local: int, state_elem_bytes: int,
@@ -150,5 +177,6 @@ def optimizer_step_temp_bytes(setup: TrainingSetup, n_trainable_local: int, stat
     if o == "lion":
         return 2 * grad_elem_bytes * n_trainable_local
     if o == "adafactor":
-        return 2 * state_elem_bytes * n_trainable_local
+        # _multi_tensor_adafactor: one grad-sized update/variance-estimate temporary for the group
+        return state_elem_bytes * n_trainable_local
     return 0

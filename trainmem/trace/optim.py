@@ -56,11 +56,11 @@ def build_optimizer(name: str, params: list[torch.nn.Parameter]) -> torch.optim.
     if name == "adam":
         return torch.optim.Adam(params, lr=LR, weight_decay=WEIGHT_DECAY, foreach=True)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=LR, foreach=True)
+        return torch.optim.SGD(params, lr=LR, weight_decay=WEIGHT_DECAY, foreach=True)
     if name == "sgd-momentum":
-        return torch.optim.SGD(params, lr=LR, momentum=0.9, foreach=True)
+        return torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=WEIGHT_DECAY, foreach=True)
     if name == "adafactor":
-        return torch.optim.Adafactor(params, lr=LR, foreach=True)
+        return torch.optim.Adafactor(params, lr=LR, weight_decay=WEIGHT_DECAY, foreach=True)
     if name == "lion":
         return Lion(params)
     raise UnsupportedError(f"optimizer {name} cannot be traced; use `trainmem estimate`")

@@ -31,8 +31,6 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
             raise _no(f"{axis}({getattr(s, axis)}) > 1")
     if s.optimizer == "adamw-8bit":
         raise _no("adamw-8bit (bitsandbytes kernels)")
-    if s.optimizer == "adafactor":
-        raise _no("adafactor (torch.optim.Adafactor reads its step counter as a Python number, which fake tensors cannot give)")
     if s.lora_rank or s.qlora:
         raise _no("LoRA/QLoRA fine-tuning (not traced yet)")
     if s.offload != "none":

@@ -148,6 +148,11 @@ class StorageTracker(TorchDispatchMode):
         if func is torch.ops._c10d_functional.wait_tensor.default:
             # The meta kernel of wait_tensor returns a new tensor; eager returns its input.
             return args[0]
+        if func is torch.ops.aten._local_scalar_dense.default:
+            # ``.item()`` on a fake tensor has no value to give (Adafactor reads its step counter and
+            # parameter norms). Values never change what is allocated, so a neutral 1 stands in.
+            dt = args[0].dtype
+            return True if dt is torch.bool else (1.0 if dt.is_floating_point else 1)
         out = func(*args, **(kwargs or {}))
         changed = _is_mutable(func, self._mutable)
         if isinstance(out, torch.Tensor):
