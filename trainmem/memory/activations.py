@@ -135,7 +135,9 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> LayerS
         add("qkv_input", "attention", _linear_inputs_saved(setup, 1 if fused_qkv else 3, h), tp_split=False)
         if mt == "qwen3" or mt == "gemma3_text" or mt == "gemma3" or mt == "qwen3_moe":
             # q_norm/k_norm (RMSNorm over head_dim) on q and k: each keeps 4 + r B per element
-            add("qk_norm", "attention", ((4.0 + r if mt.startswith("qwen3") else 8.0) * d + 4.0) * (a + kv))
+            # the q/k projections' outputs are in the compute dtype (16-bit under autocast too): the
+            # RMSNorm keeps an fp32 copy (4) and the normalised value cast back to it (c) per element
+            add("qk_norm", "attention", ((4.0 + c if mt.startswith("qwen3") else 8.0) * d + 4.0) * (a + kv))
         _core_attention_terms(spec, setup, add, s=s, b=b)
     # --- mlp block ----------------------------------------------------------------------------
     if spec.parallel_residual and mt == "gpt_neox":
@@ -344,14 +346,13 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Tensors created once per forward and kept by every layer: rotary cos/sin (b, s, d) in the
-    residual dtype (2 tensors) and, for eager attention, the additive causal mask (b, 1, s, s)."""
+    residual dtype (2 tensors). (Eager attention's additive causal mask (b, 1, s, s) is added, never
+    saved: it lives only during the forward.)"""
     T = setup.micro_batch * setup.seq_len // setup.cp
     out = 0
     if spec.position == "rope":
         rope_dim = spec.qk_rope_head_dim or spec.head_dim
         out += 2 * T * rope_dim * residual_bytes(setup)
-    if setup.attn == "eager" and not spec.is_encoder:
-        out += setup.micro_batch * (setup.seq_len // setup.cp) * setup.seq_len * compute_bytes(setup)
     return out
 
 

@@ -243,7 +243,19 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     else:
         saved_eff = saved
     i_eff = max(spec.intermediate_size, spec.num_experts_per_tok * spec.moe_intermediate_size) // s.tp
-    bwd_transient = r * T_tok * h + 2 * c * T_tok * i_eff
+    # Backward runs the MLP first: once down_proj's backward is done, its saved input (the product,
+    # width i) and its 16-bit weight copy are released while the MLP's other gradients are being made.
+    parts = [_layer_parts(spec, s, idx, saved[j]) for j, idx in enumerate(layer_ids)]
+    mlp_frac = [_mlp_param_fraction(spec, idx) for idx in layer_ids]
+    a_, kv_, d_, dv_ = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
+    o_frac = a_ * dv_ / (a_ * d_ + kv_ * d_ + kv_ * dv_ + a_ * dv_)  # o_proj's share of the attention weights
+    attn_transient = c * T_tok * (h + spec.num_attention_heads * spec.head_dim
+                                  + 2 * spec.num_kv_heads * spec.head_dim) // s.tp
+    if s.attn == "eager":
+        # eager attention's backward: the probabilities' gradient upcast to fp32 and softmax's input
+        # gradient (fp32), both b·a·s² (compute dtype for families whose softmax is not upcast)
+        sm = 4 if spec.model_type not in ("gpt2", "bert", "roberta", "falcon") else c
+        attn_transient += 2 * sm * s.micro_batch * spec.num_attention_heads * (s.seq_len // s.cp) * s.seq_len // s.tp
     grads_live = st.grads_static > 0
 
     ue = st.unsharded_elem
@@ -347,8 +359,18 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         for j, idx in enumerate(layer_ids):
             unit_gather(f"unit{idx}", layer_params[j])
             tl.spike(f"fwdtmp{mb}.{idx}", "activations", fwd_tmp + (saved[j] if recompute == "full" else 0))
-            tl.alloc(f"act{mb}.{idx}", "activations", saved_eff[j])
-            tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j])
+            if recompute == "none":
+                prod, mlp_rest, early, attn = parts[j]
+                tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
+                tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
+                tl.alloc(f"act{mb}.{idx}.e", "activations", early)
+                tl.alloc(f"act{mb}.{idx}", "activations", attn)
+            else:
+                tl.alloc(f"act{mb}.{idx}", "activations", saved_eff[j])
+            cm = int(copies[j] * mlp_frac[j])
+            tl.alloc(f"wcopy{mb}.{idx}.d", "activations", cm // 3 if spec.mlp_gated else cm // 2)
+            tl.alloc(f"wcopy{mb}.{idx}.m", "activations", cm - (cm // 3 if spec.mlp_gated else cm // 2))
+            tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j] - cm)
             if (fsdp and s.zero == 3) or zero3:
                 tl.free(f"unit{idx}")
         if vpp_factor:
@@ -360,10 +382,18 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
             tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
             tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes)
+        if recompute == "full":
+            # Checkpointed layers save no weights: their 16-bit copies were held only by autocast's
+            # cast cache, which is cleared when the autocast region (forward + loss) ends.
+            for idx in layer_ids:
+                tl.free_prefix(f"wcopy{mb}.{idx}")
 
     def backward(mb: int, boundary: bool) -> None:
         tl.mark(f"backward mb{mb}")
         tl.free("ag_state")  # FSDP2's root pre-backward waits for and drops the last all-gather output
+        if fsdp and s.zero == 3 and layer_ids:
+            # ... and, from the hook on the forward output, prefetches the last layer before the loss backward
+            fsdp_prefetch(f"unit{layer_ids[-1]}", layer_params[-1])
         if last:
             tl.spike(f"lossbwd{mb}", "temporaries", loss.backward_transient_bytes)
             tl.free(f"losskept{mb}")
@@ -392,15 +422,44 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                     else:
                         unit_gather(f"unit{layer_ids[j - 1]}", layer_params[j - 1])
             if recompute != "none":
-                tl.alloc(f"recomp{mb}.{idx}", "activations", saved[j] + (copies[j] if recompute == "full" else 0))
-            tl.alloc(f"bwdtmp{mb}.{idx}", "temporaries", bwd_transient)
-            grad_alloc(f"g{idx}", layer_train[j], mb)
+                # the checkpointed layer's forward runs again: all its saved tensors (and, under
+                # autocast, its 16-bit weight copies) come back before its backward
+                prod, mlp_rest, early, attn = parts[j] if recompute == "full" else (0, 0, 0, saved[j])
+                tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
+                tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
+                tl.alloc(f"act{mb}.{idx}.e", "activations", early)
+                tl.alloc(f"recomp{mb}.{idx}", "activations", attn)
+                if recompute == "full":
+                    cm = int(copies[j] * mlp_frac[j])
+                    tl.alloc(f"wcopy{mb}.{idx}.d", "activations", cm // 3 if spec.mlp_gated else cm // 2)
+                    tl.alloc(f"wcopy{mb}.{idx}.m", "activations", cm - (cm // 3 if spec.mlp_gated else cm // 2))
+                    tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j] - cm)
+            n_mlp = int(layer_train[j] * mlp_frac[j])
+            n_down = n_mlp // 3 if spec.mlp_gated else n_mlp // 2
+            # MLP backward: the output projection's grads, then its saved input and weight copy go
+            # (the gradient stream and d(product) first; then d(act), d(up) once down_proj is done)
+            tl.alloc(f"bwdtmp{mb}.{idx}", "temporaries", c * T_tok * i_eff)
+            grad_alloc(f"g{idx}d", n_down, mb)
+            tl.free(f"act{mb}.{idx}.p")
+            tl.free(f"wcopy{mb}.{idx}.d")
+            tl.spike(f"bwdtmp{mb}.{idx}.b", "temporaries", 2 * c * T_tok * i_eff)
+            grad_alloc(f"g{idx}m", n_mlp - n_down, mb)
+            tl.free(f"act{mb}.{idx}.m")
+            tl.free(f"wcopy{mb}.{idx}.m")
             tl.free(f"bwdtmp{mb}.{idx}")
+            # attention (and norms) backward: o_proj's grads first and its input released, then the
+            # core's backward (dq, dk, dv; eager: the s² gradients), then the q/k/v projections' grads
+            n_attn = layer_train[j] - n_mlp
+            n_o = int(n_attn * o_frac)
+            grad_alloc(f"g{idx}o", n_o, mb)
+            tl.free(f"act{mb}.{idx}.e")
+            tl.spike(f"bwdtmp{mb}.{idx}", "temporaries", attn_transient)
+            grad_alloc(f"g{idx}", n_attn - n_o, mb)
             tl.free(f"act{mb}.{idx}")
             tl.free(f"recomp{mb}.{idx}")
             tl.free(f"wcopy{mb}.{idx}")
             if fsdp:
-                fsdp_reduce([f"g{idx}"], layer_train[j])
+                fsdp_reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], layer_train[j])
             if fsdp or zero3:
                 tl.free(f"unit{idx}")
         tl.free(f"gstream{mb}")
@@ -453,6 +512,33 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     tl.mark("step end")
     del grads_live
     return tl, rp, st, act_per_layer
+
+
+_ATTN_EARLY = ("o_input", "probs_16bit", "v_repeated", "attn_dropout_out")
+
+
+def _layer_parts(spec: ModelSpec, s: TrainingSetup, idx: int, total: int) -> tuple[int, int, int, int]:
+    """A layer's saved bytes as (MLP output projection's input, rest of the MLP block, attention
+    tensors released before the attention core's backward (o_proj input; eager: probabilities'
+    16-bit copy and v), the rest of attention and norms)."""
+    ls = layer_saved(spec, s, idx)
+    mlp = sum(t.bytes for t in ls.terms if t.component in ("mlp", "experts", "router"))
+    early = sum(t.bytes for t in ls.terms if t.name in _ATTN_EARLY)
+    prod = 0
+    for t in ls.terms:
+        if t.name == "mlp_intermediate":
+            prod = t.bytes // (4 if spec.mlp_gated else (5 if spec.hidden_act == "gelu_new" else 2))
+            if spec.hidden_act == "gelu_new" and is_amp(s):
+                prod = t.bytes // 8  # the 2-byte cast out of 16 B per element
+        elif t.name == "expert_intermediate":
+            prod = t.bytes // 4
+    return prod, mlp - prod, early, total - mlp - early
+
+
+def _mlp_param_fraction(spec: ModelSpec, idx: int) -> float:
+    lp = spec.params.layers[idx]
+    tot = lp.total
+    return (lp.mlp + lp.experts + lp.shared_experts + lp.router) / tot if tot else 0.0
 
 
 def _selective(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
