@@ -257,26 +257,31 @@ def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int) -> None:
 
 
 def _moe_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
-    """Router logits (fp32 softmax), top-k weights, and each token's copy through k experts.
+    """Router, top-k dispatch and experts (transformers 5.24 grouped_mm experts).
 
     Expert MLPs see T·k tokens in total on this rank (÷ ep does not change the tokens this rank
-    processes: all-to-all brings as many in as it sends out)."""
+    processes: all-to-all brings as many in as it sends out). The experts run in the dtype of their
+    weights (transformers casts the gathered tokens to it): fp32 under autocast with fp32 parameters."""
     h = spec.hidden_size
     c = compute_bytes(setup)
+    ce = 4 if is_amp(setup) else c
     k = spec.num_experts_per_tok
     E = spec.num_experts
+    mi = spec.moe_intermediate_size
     add("moe_input", "experts", _linear_inputs_saved(setup, 1, h), tp_split=False)
-    # router (transformers 5.24 grouped_mm experts): fp32 softmax (4E), top-k indices (int64, 8k),
-    # the renormalising sum and its result (4 + 4k), and the int64 permutations that sort tokens by
-    # expert and back, plus the per-slot weights (3·8k + 4k).
+    # router: fp32 softmax (4E), top-k indices (int64, 8k), the renormalising sum and its result
+    # (4 + 4k), and the int64 permutations that sort tokens by expert and back, plus the per-slot
+    # weights (3·8k + 4k).
     add("router", "router", 4.0 * E + 8.0 * k + 4.0 + 4.0 * k + 24.0 * k + 4.0 * k, tp_split=False)
-    # tokens gathered per expert (index_select/indexing keeps the gathered copy for the matmuls)
-    add("expert_inputs", "experts", c * k * h)
-    add("expert_intermediate", "experts", 4.0 * c * k * spec.moe_intermediate_size)
-    add("expert_outputs_weighted", "experts", c * k * h)
+    add("expert_inputs", "experts", ce * k * h)                  # tokens gathered per expert
+    add("expert_intermediate", "experts", 4.0 * ce * k * mi)     # gate_up (2·mi), act, product
+    add("expert_outputs_weighted", "experts", ce * k * h)        # down output kept by the weighting
     if spec.num_shared_experts and spec.shared_expert_intermediate_size:
-        add("shared_expert", "experts", 4.0 * c * spec.shared_expert_intermediate_size
-            + _linear_inputs_saved(setup, 2, h))
+        si = spec.shared_expert_intermediate_size
+        gated = spec.model_type == "qwen2_moe"  # sigmoid(shared_expert_gate(x)) * shared_expert(x)
+        n_in = 3 if gated else 2
+        inputs = 2.0 * n_in * h if is_amp(setup) else 0.0   # pure: the MoE input tensor is shared
+        add("shared_expert", "experts", 4.0 * c * si + inputs + (c * h + 4.0 if gated else 0.0))
 
 
 def _mla_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
@@ -345,14 +350,15 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """Tensors created once per forward and kept by every layer: rotary cos/sin (b, s, d) in the
+    """Tensors created once per forward and kept by every layer: rotary cos/sin (1, s, d) in the
     residual dtype (2 tensors). (Eager attention's additive causal mask (b, 1, s, s) is added, never
     saved: it lives only during the forward.)"""
-    T = setup.micro_batch * setup.seq_len // setup.cp
+    s = setup.seq_len // setup.cp
     out = 0
     if spec.position == "rope":
+        # position_ids default to arange(s)[None]: cos/sin are (1, s, d), broadcast over the batch
         rope_dim = spec.qk_rope_head_dim or spec.head_dim
-        out += 2 * T * rope_dim * residual_bytes(setup)
+        out += 2 * s * rope_dim * residual_bytes(setup)
     return out
 
 

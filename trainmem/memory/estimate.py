@@ -190,7 +190,8 @@ def _saved_per_layer(spec: ModelSpec, s: TrainingSetup, idx: int, amp_copies: in
 def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -> tuple[Timeline, RankParams, _States, int]:
     rp = rank_params(spec, s, stage)
     st = _model_states(spec, s, rp, notes)
-    tl = Timeline()
+    import os
+    tl = Timeline(debug=bool(os.environ.get("TRAINMEM_ESTIMATE_DEBUG")))
     e = s.engine
     first, last = stage == 0, stage == s.pp - 1
     amp = is_amp(s)
@@ -219,7 +220,9 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     # layer's backward). FSDP2 with param_dtype=bf16 gathers 16-bit weights directly: no copies.
     amp_copy = amp and not fsdp
     frozen16 = s.is_lora and not amp
-    copies = [2 * mm if amp_copy and not (s.qlora) else 0 for mm in rp.layer_matmul]
+    # (routed experts run in their weights' dtype, fp32 under autocast: no copies for them)
+    copies = [2 * max(mm - (spec.params.layers[i].experts // s.ep) // s.tp, 0) if amp_copy and not s.qlora else 0
+              for i, mm in zip(stage_layers(spec.num_layers, s.pp, stage), rp.layer_matmul)]
     if s.qlora:
         # bitsandbytes dequantises each NF4 weight to 16 bits for the matmul and frees it after.
         notes.append("QLoRA: each NF4 weight is dequantised to a 16-bit temporary for its matmul")
@@ -247,6 +250,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     # width i) and its 16-bit weight copy are released while the MLP's other gradients are being made.
     parts = [_layer_parts(spec, s, idx, saved[j]) for j, idx in enumerate(layer_ids)]
     mlp_frac = [_mlp_param_fraction(spec, idx) for idx in layer_ids]
+    copy_frac = [_mlp_copy_fraction(spec, idx) for idx in layer_ids]
     a_, kv_, d_, dv_ = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
     o_frac = a_ * dv_ / (a_ * d_ + kv_ * d_ + kv_ * dv_ + a_ * dv_)  # o_proj's share of the attention weights
     attn_transient = c * T_tok * (h + spec.num_attention_heads * spec.head_dim
@@ -367,7 +371,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 tl.alloc(f"act{mb}.{idx}", "activations", attn)
             else:
                 tl.alloc(f"act{mb}.{idx}", "activations", saved_eff[j])
-            cm = int(copies[j] * mlp_frac[j])
+            cm = int(copies[j] * copy_frac[j])
             tl.alloc(f"wcopy{mb}.{idx}.d", "activations", cm // 3 if spec.mlp_gated else cm // 2)
             tl.alloc(f"wcopy{mb}.{idx}.m", "activations", cm - (cm // 3 if spec.mlp_gated else cm // 2))
             tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j] - cm)
@@ -430,7 +434,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 tl.alloc(f"act{mb}.{idx}.e", "activations", early)
                 tl.alloc(f"recomp{mb}.{idx}", "activations", attn)
                 if recompute == "full":
-                    cm = int(copies[j] * mlp_frac[j])
+                    cm = int(copies[j] * copy_frac[j])
                     tl.alloc(f"wcopy{mb}.{idx}.d", "activations", cm // 3 if spec.mlp_gated else cm // 2)
                     tl.alloc(f"wcopy{mb}.{idx}.m", "activations", cm - (cm // 3 if spec.mlp_gated else cm // 2))
                     tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j] - cm)
@@ -541,6 +545,13 @@ def _mlp_param_fraction(spec: ModelSpec, idx: int) -> float:
     return (lp.mlp + lp.experts + lp.shared_experts + lp.router) / tot if tot else 0.0
 
 
+def _mlp_copy_fraction(spec: ModelSpec, idx: int) -> float:
+    """Share of a layer's autocast weight copies that belong to the MLP block (routed experts excluded)."""
+    lp = spec.params.layers[idx]
+    mlp = lp.mlp + lp.shared_experts + lp.router
+    return mlp / (mlp + lp.attention) if (mlp + lp.attention) else 0.0
+
+
 def _selective(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
     """Selective recomputation. Megatron (--recompute-granularity selective): the core attention
     (the s² softmax/dropout terms) is recomputed; with flash/sdpa nothing else changes.
@@ -578,6 +589,9 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
             best = (tl, rp, st, act, stg, local_notes)
     assert best is not None
     tl, rp, st, act, stg, local_notes = best
+    if tl.debug:
+        for k, (cat, n) in sorted(tl.peak_live.items(), key=lambda kv: -kv[1][1]):
+            print(f"{n:>14,d} {cat:22s} {k}")
     notes.extend(local_notes)
     cuda_only = cuda_only_allocated_bytes(gpu)
     breakdown = dict(tl.peak_breakdown) or {c: 0 for c in CATEGORIES}

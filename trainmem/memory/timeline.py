@@ -25,6 +25,9 @@ class Timeline:
     phase: str = "start"
     _by_cat: dict[str, int] = field(default_factory=lambda: {c: 0 for c in CATEGORIES})
     category_peak: dict[str, int] = field(default_factory=lambda: {c: 0 for c in CATEGORIES})
+    debug: bool = False
+    """Keep a copy of the live blocks at the peak (``peak_live``), for developers."""
+    peak_live: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def alloc(self, key: str, category: str, n_bytes: int, *, count: int = 1) -> None:
         """Allocate ``count`` blocks of ``n_bytes`` (each rounded to 512 B) under one key."""
@@ -42,6 +45,8 @@ class Timeline:
             self.peak = self.current
             self.peak_phase = self.phase
             self.peak_breakdown = dict(self._by_cat)
+            if self.debug:
+                self.peak_live = dict(self.live)
 
     def free(self, key: str) -> None:
         item = self.live.pop(key, None)
