@@ -251,6 +251,15 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     parts = [_layer_parts(spec, s, idx, saved[j]) for j, idx in enumerate(layer_ids)]
     mlp_frac = [_mlp_param_fraction(spec, idx) for idx in layer_ids]
     copy_frac = [_mlp_copy_fraction(spec, idx) for idx in layer_ids]
+    # Bytes per (token × MLP width) alive together in the MLP's backward beyond d(product): gated MLPs
+    # hold d(act) and d(up) (2c); GPT-2's gelu_new under autocast differentiates its fp32 formula
+    # (three fp32 gradients of width i and a 16-bit one, measured by tracing).
+    # The input norm's backward: RMSNorm differentiates its fp32 arithmetic (three fp32 tensors of
+    # width h alive together, traced); nn.LayerNorm's fused backward makes one input gradient.
+    norm_bwd = (12 if spec.norm == "rmsnorm" else r) * T_tok * h // (s.tp if s.sp else 1)
+    mlp_bwd_extra = 2 * c
+    if spec.hidden_act == "gelu_new" and amp:
+        mlp_bwd_extra = 14 - c
     a_, kv_, d_, dv_ = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
     o_frac = a_ * dv_ / (a_ * d_ + kv_ * d_ + kv_ * dv_ + a_ * dv_)  # o_proj's share of the attention weights
     attn_transient = c * T_tok * (h + spec.num_attention_heads * spec.head_dim
@@ -392,6 +401,21 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             for idx in layer_ids:
                 tl.free_prefix(f"wcopy{mb}.{idx}")
 
+    def recompute_layer(mb: int, j: int) -> None:
+        """The checkpointed layer's forward runs again: its saved tensors (and, under autocast, its
+        16-bit weight copies) come back before its backward."""
+        idx = layer_ids[j]
+        prod, mlp_rest, early, attn = parts[j] if recompute == "full" else (0, 0, 0, saved[j])
+        tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
+        tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
+        tl.alloc(f"act{mb}.{idx}.e", "activations", early)
+        tl.alloc(f"recomp{mb}.{idx}", "activations", attn)
+        if recompute == "full":
+            cm = int(copies[j] * copy_frac[j])
+            tl.alloc(f"wcopy{mb}.{idx}.d", "activations", cm // 3 if spec.mlp_gated else cm // 2)
+            tl.alloc(f"wcopy{mb}.{idx}.m", "activations", cm - (cm // 3 if spec.mlp_gated else cm // 2))
+            tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j] - cm)
+
     def backward(mb: int, boundary: bool) -> None:
         tl.mark(f"backward mb{mb}")
         tl.free("ag_state")  # FSDP2's root pre-backward waits for and drops the last all-gather output
@@ -425,19 +449,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                         fsdp_prefetch(f"unit{layer_ids[j - 1]}", layer_params[j - 1])
                     else:
                         unit_gather(f"unit{layer_ids[j - 1]}", layer_params[j - 1])
-            if recompute != "none":
-                # the checkpointed layer's forward runs again: all its saved tensors (and, under
-                # autocast, its 16-bit weight copies) come back before its backward
-                prod, mlp_rest, early, attn = parts[j] if recompute == "full" else (0, 0, 0, saved[j])
-                tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
-                tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
-                tl.alloc(f"act{mb}.{idx}.e", "activations", early)
-                tl.alloc(f"recomp{mb}.{idx}", "activations", attn)
-                if recompute == "full":
-                    cm = int(copies[j] * copy_frac[j])
-                    tl.alloc(f"wcopy{mb}.{idx}.d", "activations", cm // 3 if spec.mlp_gated else cm // 2)
-                    tl.alloc(f"wcopy{mb}.{idx}.m", "activations", cm - (cm // 3 if spec.mlp_gated else cm // 2))
-                    tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j] - cm)
+            if recompute != "none" and j == n_layers - 1:
+                recompute_layer(mb, j)
             n_mlp = int(layer_train[j] * mlp_frac[j])
             n_down = n_mlp // 3 if spec.mlp_gated else n_mlp // 2
             # MLP backward: the output projection's grads, then its saved input and weight copy go
@@ -446,7 +459,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             grad_alloc(f"g{idx}d", n_down, mb)
             tl.free(f"act{mb}.{idx}.p")
             tl.free(f"wcopy{mb}.{idx}.d")
-            tl.spike(f"bwdtmp{mb}.{idx}.b", "temporaries", 2 * c * T_tok * i_eff)
+            tl.spike(f"bwdtmp{mb}.{idx}.b", "temporaries", mlp_bwd_extra * T_tok * i_eff)
             grad_alloc(f"g{idx}m", n_mlp - n_down, mb)
             tl.free(f"act{mb}.{idx}.m")
             tl.free(f"wcopy{mb}.{idx}.m")
@@ -462,6 +475,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.free(f"act{mb}.{idx}")
             tl.free(f"recomp{mb}.{idx}")
             tl.free(f"wcopy{mb}.{idx}")
+            if recompute != "none" and j > 0:
+                # non-reentrant checkpointing recomputes the layer below as soon as autograd reaches
+                # its output, while this layer's input-norm backward is still running (traced)
+                recompute_layer(mb, j - 1)
+            tl.spike(f"normbwd{mb}.{idx}", "temporaries", norm_bwd)
             if fsdp:
                 fsdp_reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], layer_train[j])
             if fsdp or zero3:
