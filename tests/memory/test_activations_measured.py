@@ -25,6 +25,16 @@ CASES = [(fam, attn, prec) for fam in TINY if fam != "gpt2-dropout"
 #                                                                   math kernel; the tracer checks CUDA's
 
 
+def _gqa(fam: str) -> bool:
+    c = TINY[fam]
+    return c.get("num_key_value_heads", c.get("num_attention_heads", 1)) < c.get("num_attention_heads", 1)
+
+
+# fp32 + GQA under sdpa: CUDA runs the math kernel (no fused kernel takes fp32 with enable_gqa), the
+# CPU picks per family; the tracer's CUDA emulation checks these (tests/trace/test_estimate_vs_trace.py).
+CASES = [c for c in CASES if not (c[1] == "sdpa" and c[2] == "fp32" and _gqa(c[0]))]
+
+
 @pytest.mark.parametrize("fam,attn,prec", CASES, ids=["-".join(c) for c in CASES])
 def test_layer_saved_bytes_match_real_module(fam: str, attn: str, prec: str) -> None:
     b, s = 2, 64

@@ -19,6 +19,7 @@ CASES = [
     ("llama-gqa", dict(precision="bf16", seq_len=512, micro_batch=4)),
     ("llama-gqa", dict(precision="amp-bf16", seq_len=512, micro_batch=4)),
     ("llama-gqa", dict(precision="fp32", seq_len=256, micro_batch=4, attn="eager")),
+    ("llama-gqa", dict(precision="fp32", seq_len=256, micro_batch=2)),  # CUDA sdpa: math fallback
     ("llama-gqa", dict(precision="amp-bf16", seq_len=512, micro_batch=4, recompute="full")),
     ("llama-gqa", dict(precision="amp-fp16", seq_len=256, micro_batch=4, grad_accum=3)),
     ("llama-gqa", dict(precision="bf16", seq_len=512, micro_batch=2, optimizer="sgd-momentum")),

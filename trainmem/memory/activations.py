@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
-__all__ = ["Term", "LayerSaved", "layer_saved", "compute_bytes", "residual_bytes", "is_amp",
+__all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
            "head_saved", "embedding_saved", "model_wide_saved_bytes"]
 
 _ROPE_MODELS_WITH_GEMMA_NORM = ("gemma", "gemma2", "gemma3_text", "gemma3")
@@ -188,6 +188,16 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
         # falcon calls sdpa itself with an explicit mask after expanding k/v to every head.
         gqa_native = setup.attn == "flash" or (d == dv and d <= 256 and not spec.is_encoder and mt != "falcon")
         kv_eff = kv if gqa_native else a
+        if sdpa_math_fallback(spec, setup):
+            # fp32 with enable_gqa: CUDA has no fused kernel for it and runs the math composite
+            # (_scaled_dot_product_attention_math): it keeps q, k and v expanded to every head, the
+            # fp32 probabilities (4 B per b·a·s² element) and the output.
+            add("q", "attention", c * a * d)
+            add("k_repeated", "attention", c * a * d)
+            add("v_repeated", "attention", c * a * dv)
+            add("softmax_fp32", "attention", 4.0 * a * s)
+            add("attn_out", "attention", c * a * dv)
+            return
         if mt == "gpt2":
             # q, k and v are all views of c_attn's output: sdpa keeps the fused (b, s, 3h) tensor
             add("qkv_fused_out", "attention", c * (a * d + 2 * kv * d))
@@ -221,6 +231,14 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
         add("attn_dropout_mask", "attention", 1.0 * a * s)
         add("attn_dropout_out", "attention", float(c) * a * s)
     add("o_input", "attention", c * a * dv)
+
+
+def sdpa_math_fallback(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """CUDA SDPA falls back to the math kernel for fp32 inputs with native GQA (flash needs 16-bit,
+    the memory-efficient kernel has no enable_gqa): trace/sdpa.py ``cuda_backend``."""
+    return (setup.attn == "sdpa" and compute_bytes(setup) == 4 and spec.num_kv_heads < spec.num_attention_heads
+            and spec.head_dim == spec.v_head_dim <= 256 and not spec.is_encoder and spec.model_type != "falcon"
+            and spec.q_lora_rank is None and spec.kv_lora_rank is None)
 
 
 def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int) -> None:

@@ -13,16 +13,21 @@ from dataclasses import dataclass, field
 from trainmem.errors import UnsupportedError
 from trainmem.hardware import GPU, get_gpu
 from trainmem.memory.activations import (compute_bytes, embedding_saved, head_saved, is_amp,
-                                         layer_saved, model_wide_saved_bytes, residual_bytes)
+                                         layer_saved, model_wide_saved_bytes, residual_bytes,
+                                         sdpa_math_fallback)
 from trainmem.memory.loss import loss_buffers
 from trainmem.memory.overhead import cuda_only_allocated_bytes, device_total_bytes, reserved_bytes
 from trainmem.memory.states import (RankParams, stage_layers, optimizer_state_bytes, optimizer_step_temp_bytes,
                                     param_bytes_per_elem, qlora_base_bytes, rank_params)
 from trainmem.memory.timeline import CATEGORIES, Timeline
+from trainmem.units import round_up_bytes as _r
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup, validate_for_model
 
 __all__ = ["MemoryEstimate", "estimate"]
+
+#: Simulate the middle of runs of identical layers as one block (tests switch it off to compare).
+_BULK = True
 
 #: DeepSpeed defaults (deepspeed/runtime/zero/config.py): elements.
 DS_REDUCE_BUCKET = 500_000_000
@@ -234,7 +239,14 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     in_flight = min(s.pp - stage, m) if s.pp > 1 else 1
     vpp_factor = 1.0 + (s.pp - 1) / (s.pp * s.vpp) - 1.0 / s.vpp if (s.vpp > 1 and stage == 0) else 0.0
     loss = loss_buffers(spec, s)
-    saved = [_saved_per_layer(spec, s, i, 0) for i in layer_ids]
+    # Layers of one kind (dense / MoE) save the same: compute each kind once.
+    kinds: dict[bool, tuple[int, tuple[int, int, int, int]]] = {}
+    for i in layer_ids:
+        moe = i in spec.moe_layer_indices
+        if moe not in kinds:
+            tot = _saved_per_layer(spec, s, i, 0)
+            kinds[moe] = (tot, _layer_parts(spec, s, i, tot))
+    saved = [kinds[i in spec.moe_layer_indices][0] for i in layer_ids]
     act_per_layer = saved[0] if saved else 0
     wide = model_wide_saved_bytes(spec, s)
     ckpt_input = r * T_tok * h // (1 if s.sp else 1) // (s.tp if s.sp else 1)
@@ -248,9 +260,41 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     i_eff = max(spec.intermediate_size, spec.num_experts_per_tok * spec.moe_intermediate_size) // s.tp
     # Backward runs the MLP first: once down_proj's backward is done, its saved input (the product,
     # width i) and its 16-bit weight copy are released while the MLP's other gradients are being made.
-    parts = [_layer_parts(spec, s, idx, saved[j]) for j, idx in enumerate(layer_ids)]
+    parts = [kinds[idx in spec.moe_layer_indices][1] for idx in layer_ids]
     mlp_frac = [_mlp_param_fraction(spec, idx) for idx in layer_ids]
     copy_frac = [_mlp_copy_fraction(spec, idx) for idx in layer_ids]
+    # Identical consecutive layers change memory by the same amount each, so within a run the peak is
+    # at one of its ends: the two layers at each end of a run are simulated one by one and the middle
+    # of the run as one block (same peak, a fraction of the work for 80-126-layer models).
+    def copy_pieces(j: int) -> tuple[int, int, int]:
+        """A layer's autocast weight copies: MLP output projection, rest of the MLP, attention."""
+        cm = int(copies[j] * copy_frac[j])
+        down = cm // 3 if spec.mlp_gated else cm // 2
+        return down, cm - down, copies[j] - cm
+
+    def grad_pieces(j: int) -> tuple[int, int, int, int]:
+        """A layer's parameter gradients in the order backward makes them: MLP output projection, rest
+        of the MLP, attention output projection, the rest of attention and the norms."""
+        n_mlp = int(layer_train[j] * mlp_frac[j])
+        n_down = n_mlp // 3 if spec.mlp_gated else n_mlp // 2
+        n_attn = layer_train[j] - n_mlp
+        n_o = int(n_attn * o_frac)
+        return n_down, n_mlp - n_down, n_o, n_attn - n_o
+
+    bulk_of: dict[int, list[int]] = {}
+    skip: set[int] = set()
+    if _BULK:
+        j = 0
+        while j < n_layers:
+            k = j
+            while k + 1 < n_layers and layer_params[k + 1] == layer_params[j] and saved[k + 1] == saved[j] \
+                    and copies[k + 1] == copies[j] and saved_eff[k + 1] == saved_eff[j]:
+                k += 1
+            if k - j + 1 >= 6:
+                mid = list(range(j + 2, k - 1))
+                bulk_of[mid[0]] = mid
+                skip.update(mid[1:])
+            j = k + 1
     # Bytes per (token × MLP width) alive together in the MLP's backward beyond d(product): gated MLPs
     # hold d(act) and d(up) (2c); GPT-2's gelu_new under autocast differentiates its fp32 formula
     # (three fp32 gradients of width i and a 16-bit one, measured by tracing).
@@ -264,7 +308,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     o_frac = a_ * dv_ / (a_ * d_ + kv_ * d_ + kv_ * dv_ + a_ * dv_)  # o_proj's share of the attention weights
     attn_transient = c * T_tok * (h + spec.num_attention_heads * spec.head_dim
                                   + 2 * spec.num_kv_heads * spec.head_dim) // s.tp
-    if s.attn == "eager":
+    if s.attn == "eager" or sdpa_math_fallback(spec, s):
         # eager attention's backward: the probabilities' gradient upcast to fp32 and softmax's input
         # gradient (fp32), both b·a·s² (compute dtype for families whose softmax is not upcast)
         sm = 4 if spec.model_type not in ("gpt2", "bert", "roberta", "falcon") else c
@@ -370,6 +414,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         tl.alloc(f"wide{mb}", "activations", wide)
         fwd_tmp = 2 * r * T_tok * h
         for j, idx in enumerate(layer_ids):
+            if j in skip:
+                continue
+            if j in bulk_of:
+                bulk_forward(mb, bulk_of[j])
+                continue
             unit_gather(f"unit{idx}", layer_params[j])
             tl.spike(f"fwdtmp{mb}.{idx}", "activations", fwd_tmp + (saved[j] if recompute == "full" else 0))
             if recompute == "none":
@@ -380,10 +429,10 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 tl.alloc(f"act{mb}.{idx}", "activations", attn)
             else:
                 tl.alloc(f"act{mb}.{idx}", "activations", saved_eff[j])
-            cm = int(copies[j] * copy_frac[j])
-            tl.alloc(f"wcopy{mb}.{idx}.d", "activations", cm // 3 if spec.mlp_gated else cm // 2)
-            tl.alloc(f"wcopy{mb}.{idx}.m", "activations", cm - (cm // 3 if spec.mlp_gated else cm // 2))
-            tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j] - cm)
+            c_down, c_mlp, c_attn = copy_pieces(j)
+            tl.alloc(f"wcopy{mb}.{idx}.d", "activations", c_down)
+            tl.alloc(f"wcopy{mb}.{idx}.m", "activations", c_mlp)
+            tl.alloc(f"wcopy{mb}.{idx}", "activations", c_attn)
             if (fsdp and s.zero == 3) or zero3:
                 tl.free(f"unit{idx}")
         if vpp_factor:
@@ -400,21 +449,68 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             # cast cache, which is cleared when the autocast region (forward + loss) ends.
             for idx in layer_ids:
                 tl.free_prefix(f"wcopy{mb}.{idx}")
+            tl.free_prefix(f"wcopybulk{mb}.")
+
+    def bulk_forward(mb: int, js: list[int]) -> None:
+        """Forward of a block of identical layers: what they leave behind, in one allocation."""
+        n, j0 = len(js), js[0]
+        if fsdp and s.zero == 2:
+            tl.alloc(f"unitbulk{j0}", "parameters", _r(ue * layer_params[j0]) * n)
+        per = sum(_r(x) for x in parts[j0]) if recompute == "none" else _r(saved_eff[j0])
+        tl.alloc(f"actbulk{mb}.{j0}", "activations", per * n)
+        tl.alloc(f"wcopybulk{mb}.{j0}", "activations", sum(_r(x) for x in copy_pieces(j0)) * n)
+
+    def bulk_backward(mb: int, js: list[int]) -> None:
+        """Backward of the same block: its activations go, its gradients come, collectives' state as
+        after any layer of the block."""
+        n, j0, j_below = len(js), js[0], js[0] - 1
+        tl.free(f"actbulk{mb}.{j0}")
+        tl.free(f"wcopybulk{mb}.{j0}")
+        key = f"gbulk{j0}"
+        if e == "megatron":
+            pass
+        elif e == "deepspeed" and s.zero >= 2:
+            produced[0] += layer_train[j0] * n
+            if produced[0] >= DS_REDUCE_BUCKET and not tl.has("grad_partition"):
+                tl.alloc("grad_partition", "gradients", 2 * rp.trainable // s.dp)
+        elif fsdp:
+            if not tl.has(key + ":sharded"):
+                tl.alloc(key + ":sharded", "gradients", _r(st.grad_elem * layer_train[j0] // s.dp) * n)
+        elif not tl.has(key):
+            elem = 2 if e == "deepspeed" else st.grad_elem
+            tl.alloc(key, "gradients", sum(_r(elem * x) for x in grad_pieces(j0) if x > 0) * n)
+        if fsdp and s.zero == 2:
+            tl.free(f"unitbulk{j0}")
+        if (fsdp and s.zero == 3) or zero3:
+            tl.free(f"ag_pending:unit{layer_ids[js[-1]]}")
+            tl.free(f"unit{layer_ids[js[-1]]}")
+            if j_below >= 0:
+                if fsdp:
+                    fsdp_prefetch(f"unit{layer_ids[j_below]}", layer_params[j_below])
+                else:
+                    unit_gather(f"unit{layer_ids[j_below]}", layer_params[j_below])
+        if recompute != "none" and j_below >= 0:
+            recompute_layer(mb, j_below)
 
     def recompute_layer(mb: int, j: int) -> None:
         """The checkpointed layer's forward runs again: its saved tensors (and, under autocast, its
         16-bit weight copies) come back before its backward."""
         idx = layer_ids[j]
-        prod, mlp_rest, early, attn = parts[j] if recompute == "full" else (0, 0, 0, saved[j])
+        # (selective: only what the policy dropped comes back; the kept part is already alive)
+        prod, mlp_rest, early, attn = parts[j] if recompute == "full" else (0, 0, 0, saved[j] - saved_eff[j])
+        if recompute == "full" and (r == 4 or spec.norm == "layernorm"):
+            # the input norm keeps the layer input itself (no fp32 copy is made of an fp32 tensor,
+            # and LayerNorm keeps its input): that is the checkpoint's saved input, already counted
+            attn -= ckpt_input
         tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
         tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
         tl.alloc(f"act{mb}.{idx}.e", "activations", early)
         tl.alloc(f"recomp{mb}.{idx}", "activations", attn)
         if recompute == "full":
-            cm = int(copies[j] * copy_frac[j])
-            tl.alloc(f"wcopy{mb}.{idx}.d", "activations", cm // 3 if spec.mlp_gated else cm // 2)
-            tl.alloc(f"wcopy{mb}.{idx}.m", "activations", cm - (cm // 3 if spec.mlp_gated else cm // 2))
-            tl.alloc(f"wcopy{mb}.{idx}", "activations", copies[j] - cm)
+            c_down, c_mlp, c_attn = copy_pieces(j)
+            tl.alloc(f"wcopy{mb}.{idx}.d", "activations", c_down)
+            tl.alloc(f"wcopy{mb}.{idx}.m", "activations", c_mlp)
+            tl.alloc(f"wcopy{mb}.{idx}", "activations", c_attn)
 
     def backward(mb: int, boundary: bool) -> None:
         tl.mark(f"backward mb{mb}")
@@ -441,6 +537,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             # is alive through the backward of the boundary micro-batch (stage_1_and_2.py ipg_buffer).
             tl.alloc("ipg_buffer", "communication_buffers", 2 * min(DS_REDUCE_BUCKET, rp.trainable))
         for j in reversed(range(n_layers)):
+            if j in skip:
+                continue
+            if j in bulk_of:
+                bulk_backward(mb, bulk_of[j])
+                continue
             idx = layer_ids[j]
             if (fsdp and s.zero == 3) or zero3:
                 unit_gather(f"unit{idx}", layer_params[j])
@@ -451,8 +552,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                         unit_gather(f"unit{layer_ids[j - 1]}", layer_params[j - 1])
             if recompute != "none" and j == n_layers - 1:
                 recompute_layer(mb, j)
-            n_mlp = int(layer_train[j] * mlp_frac[j])
-            n_down = n_mlp // 3 if spec.mlp_gated else n_mlp // 2
+            n_down, n_mlp_rest, n_o, n_attn_rest = grad_pieces(j)
             # MLP backward: the output projection's grads, then its saved input and weight copy go
             # (the gradient stream and d(product) first; then d(act), d(up) once down_proj is done)
             tl.alloc(f"bwdtmp{mb}.{idx}", "temporaries", c * T_tok * i_eff)
@@ -460,22 +560,20 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.free(f"act{mb}.{idx}.p")
             tl.free(f"wcopy{mb}.{idx}.d")
             tl.spike(f"bwdtmp{mb}.{idx}.b", "temporaries", mlp_bwd_extra * T_tok * i_eff)
-            grad_alloc(f"g{idx}m", n_mlp - n_down, mb)
+            grad_alloc(f"g{idx}m", n_mlp_rest, mb)
             tl.free(f"act{mb}.{idx}.m")
             tl.free(f"wcopy{mb}.{idx}.m")
             tl.free(f"bwdtmp{mb}.{idx}")
             # attention (and norms) backward: o_proj's grads first and its input released, then the
             # core's backward (dq, dk, dv; eager: the s² gradients), then the q/k/v projections' grads
-            n_attn = layer_train[j] - n_mlp
-            n_o = int(n_attn * o_frac)
             grad_alloc(f"g{idx}o", n_o, mb)
             tl.free(f"act{mb}.{idx}.e")
             tl.spike(f"bwdtmp{mb}.{idx}", "temporaries", attn_transient)
-            grad_alloc(f"g{idx}", n_attn - n_o, mb)
+            grad_alloc(f"g{idx}", n_attn_rest, mb)
             tl.free(f"act{mb}.{idx}")
             tl.free(f"recomp{mb}.{idx}")
             tl.free(f"wcopy{mb}.{idx}")
-            if recompute != "none" and j > 0:
+            if recompute != "none" and j > 0 and (j - 1) not in skip and (j - 1) not in bulk_of:
                 # non-reentrant checkpointing recomputes the layer below as soon as autograd reaches
                 # its output, while this layer's input-norm backward is still running (traced)
                 recompute_layer(mb, j - 1)
@@ -501,14 +599,17 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         # Micro-batches run one after another. Every micro-batch after the second sees exactly the state
         # the second saw (gradients exist, nothing else carried over), so the first, the second and the
         # last (the boundary, where DeepSpeed reduces) are simulated and the rest are repeats of the second.
-        sim = sorted({0, min(1, m - 1), m - 1})
+        # Only DeepSpeed treats the last one differently; elsewhere it repeats the second too.
+        boundary_differs = e == "deepspeed"
+        sim = sorted({0, min(1, m - 1)} | ({m - 1} if boundary_differs else set()))
+        last_rep = m - 1 if boundary_differs else m
         for mb in sim:
             start = len(tl.points)
             forward(mb)
             backward(mb, boundary=mb == m - 1)
-            if mb == 1 and m > 3:
+            if mb == 1 and last_rep > 2:
                 seg = tl.points[start:]
-                for rep in range(2, m - 1):
+                for rep in range(2, last_rep):
                     tl.points.extend((ph.replace("mb1", f"mb{rep}"), v) for ph, v in seg)
     else:
         # 1F1B: warm-up forwards fill the pipeline, then the stage holds `in_flight` micro-batches at
