@@ -37,10 +37,22 @@ def test_recomputation_never_raises_memory(model, seq, prec, engine, mb) -> None
     if engine == "fsdp2" and prec == "fp16":
         return
     kw = dict(seq_len=seq, precision=prec, engine=engine, micro_batch=mb, gpus=8 if engine == "fsdp2" else 1)
-    none = peak(model, recompute="none", **kw)
-    sel = peak(model, recompute="selective", **kw)
-    full = peak(model, recompute="full", **kw)
-    assert full <= none and sel <= none
+    def run(rc: str):
+        spec = SPECS[model]
+        kw2 = dict(kw)
+        if spec.position == "learned":
+            kw2["seq_len"] = min(kw2["seq_len"], spec.max_position_embeddings)
+        return estimate(spec, make_setup(recompute=rc, **kw2))
+
+    none, sel, full = run("none"), run("selective"), run("full")
+    act = lambda e: e.category_peak_bytes["activations"]  # noqa: E731
+    assert act(full) <= act(none) and act(sel) <= act(none)
+    # The total peak too, but for one hidden state: in a layer's backward the checkpoint still holds
+    # that layer's input beside the recomputed tensors (traced), which can matter only when
+    # activations are negligible (tiny sequences).
+    one_hidden = 4 * kw["micro_batch"] * kw["seq_len"] * SPECS[model].hidden_size
+    assert full.peak_allocated_bytes <= none.peak_allocated_bytes + one_hidden
+    assert sel.peak_allocated_bytes <= none.peak_allocated_bytes + one_hidden
 
 
 @settings(max_examples=40, deadline=None)

@@ -266,6 +266,15 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     # Identical consecutive layers change memory by the same amount each, so within a run the peak is
     # at one of its ends: the two layers at each end of a run are simulated one by one and the middle
     # of the run as one block (same peak, a fraction of the work for 80-126-layer models).
+    def kept_parts(j: int) -> tuple[int, int, int, int]:
+        """What a layer keeps through the forward, split like ``parts``: everything without recompute;
+        under selective recompute, the kept share of each part."""
+        if recompute == "none" or not saved[j]:
+            return parts[j]
+        ratio = saved_eff[j] / saved[j]
+        p_, m_, e_, a_ = (int(x * ratio) for x in parts[j])
+        return p_, m_, e_, saved_eff[j] - p_ - m_ - e_
+
     def copy_pieces(j: int) -> tuple[int, int, int]:
         """A layer's autocast weight copies: MLP output projection, rest of the MLP, attention."""
         cm = int(copies[j] * copy_frac[j])
@@ -421,8 +430,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 continue
             unit_gather(f"unit{idx}", layer_params[j])
             tl.spike(f"fwdtmp{mb}.{idx}", "activations", fwd_tmp + (saved[j] if recompute == "full" else 0))
-            if recompute == "none":
-                prod, mlp_rest, early, attn = parts[j]
+            if recompute != "full":
+                prod, mlp_rest, early, attn = kept_parts(j)
                 tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
                 tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
                 tl.alloc(f"act{mb}.{idx}.e", "activations", early)
@@ -456,7 +465,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         n, j0 = len(js), js[0]
         if fsdp and s.zero == 2:
             tl.alloc(f"unitbulk{j0}", "parameters", _r(ue * layer_params[j0]) * n)
-        per = sum(_r(x) for x in parts[j0]) if recompute == "none" else _r(saved_eff[j0])
+        per = sum(_r(x) for x in kept_parts(j0)) if recompute != "full" else _r(saved_eff[j0])
         tl.alloc(f"actbulk{mb}.{j0}", "activations", per * n)
         tl.alloc(f"wcopybulk{mb}.{j0}", "activations", sum(_r(x) for x in copy_pieces(j0)) * n)
 
@@ -497,14 +506,13 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         16-bit weight copies) come back before its backward."""
         idx = layer_ids[j]
         # (selective: only what the policy dropped comes back; the kept part is already alive)
-        prod, mlp_rest, early, attn = parts[j] if recompute == "full" else (0, 0, 0, saved[j] - saved_eff[j])
-        if recompute == "full" and (r == 4 or spec.norm == "layernorm"):
-            # the input norm keeps the layer input itself (no fp32 copy is made of an fp32 tensor,
-            # and LayerNorm keeps its input): that is the checkpoint's saved input, already counted
-            attn -= ckpt_input
-        tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
-        tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
-        tl.alloc(f"act{mb}.{idx}.e", "activations", early)
+        if recompute == "full":
+            prod, mlp_rest, early, attn = parts[j]
+        else:
+            prod, mlp_rest, early, attn = (a - b for a, b in zip(parts[j], kept_parts(j)))
+        tl.alloc(f"rc{mb}.{idx}.p", "activations", prod)
+        tl.alloc(f"rc{mb}.{idx}.m", "activations", mlp_rest)
+        tl.alloc(f"rc{mb}.{idx}.e", "activations", early)
         tl.alloc(f"recomp{mb}.{idx}", "activations", attn)
         if recompute == "full":
             c_down, c_mlp, c_attn = copy_pieces(j)
@@ -558,16 +566,19 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.alloc(f"bwdtmp{mb}.{idx}", "temporaries", c * T_tok * i_eff)
             grad_alloc(f"g{idx}d", n_down, mb)
             tl.free(f"act{mb}.{idx}.p")
+            tl.free(f"rc{mb}.{idx}.p")
             tl.free(f"wcopy{mb}.{idx}.d")
             tl.spike(f"bwdtmp{mb}.{idx}.b", "temporaries", mlp_bwd_extra * T_tok * i_eff)
             grad_alloc(f"g{idx}m", n_mlp_rest, mb)
             tl.free(f"act{mb}.{idx}.m")
+            tl.free(f"rc{mb}.{idx}.m")
             tl.free(f"wcopy{mb}.{idx}.m")
             tl.free(f"bwdtmp{mb}.{idx}")
             # attention (and norms) backward: o_proj's grads first and its input released, then the
             # core's backward (dq, dk, dv; eager: the s² gradients), then the q/k/v projections' grads
             grad_alloc(f"g{idx}o", n_o, mb)
             tl.free(f"act{mb}.{idx}.e")
+            tl.free(f"rc{mb}.{idx}.e")
             tl.spike(f"bwdtmp{mb}.{idx}", "temporaries", attn_transient)
             grad_alloc(f"g{idx}", n_attn_rest, mb)
             tl.free(f"act{mb}.{idx}")
