@@ -11,6 +11,8 @@ TINY = {
                       num_attention_heads=8, num_key_value_heads=2, **BASE),
     "mistral": dict(model_type="mistral", hidden_size=256, intermediate_size=896, num_hidden_layers=3,
                     num_attention_heads=8, num_key_value_heads=2, sliding_window=None, **BASE),
+    "mistral-window": dict(model_type="mistral", hidden_size=256, intermediate_size=896, num_hidden_layers=3,
+                           num_attention_heads=8, num_key_value_heads=2, sliding_window=128, **BASE),
     "qwen2": dict(model_type="qwen2", hidden_size=256, intermediate_size=704, num_hidden_layers=3,
                   num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True, **BASE),
     "qwen3": dict(model_type="qwen3", hidden_size=256, intermediate_size=768, num_hidden_layers=3,

@@ -28,19 +28,21 @@ CASES = [
     ("qwen2", dict(precision="bf16", seq_len=512, micro_batch=4, engine="fsdp2", gpus=2, grad_accum=2)),
     ("qwen3", dict(precision="amp-bf16", seq_len=512, micro_batch=2)),
     ("gemma", dict(precision="bf16", seq_len=512, micro_batch=4, recompute="full")),   # known residual, see TOL
-    ("phi3", dict(precision="amp-bf16", seq_len=256, micro_batch=4)),                 # known residual, see TOL
+    ("phi3", dict(precision="amp-bf16", seq_len=256, micro_batch=4)),
     ("gpt2-dropout", dict(precision="amp-bf16", seq_len=256, micro_batch=8)),         # known residual, see TOL
     ("gpt2", dict(precision="bf16", seq_len=256, micro_batch=8)),
     ("gpt_neox", dict(precision="bf16", seq_len=512, micro_batch=4, attn="eager")),
+    ("gpt_neox", dict(precision="amp-bf16", seq_len=256, micro_batch=4)),
+    ("mistral-window", dict(precision="bf16", seq_len=256, micro_batch=4)),
     ("mixtral", dict(precision="bf16", seq_len=256, micro_batch=4)),
     ("qwen2_moe", dict(precision="amp-bf16", seq_len=256, micro_batch=4)),
 ]
 
 
 # Known residuals on these 3-layer toys (each layer is a third of the model, so one misplaced
-# transient shows large): Gemma's checkpoint recompute overlapping the norm backward (-3.3 %), Phi-3's
-# fused qkv under autocast (+1.8 %), GPT-2's fp32 gelu_new backward (+1.2 %).
-TOL = {"gemma": 0.04, "phi3": 0.02, "gpt2-dropout": 0.02}
+# transient shows large): Gemma's checkpoint recompute overlapping the norm backward (-3.3 %),
+# GPT-2's fp32 gelu_new backward (+1.2 %).
+TOL = {"gemma": 0.04, "gpt2-dropout": 0.02}
 
 
 @pytest.mark.parametrize("fam,kw", CASES, ids=[f"{f}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for f, kw in CASES])
@@ -51,4 +53,6 @@ def test_estimate_matches_trace(fam: str, kw: dict) -> None:
     rows = {c: (e, t) for c, e, t, _ in cmp.rows()}
     for cat in ("parameters", "optimizer_states"):
         e, t = rows[cat]
-        assert e == pytest.approx(t, rel=0.002, abs=4096), (cat, e, t)
+        # one block per category here vs one 512-B-rounded tensor per parameter (and FSDP2's dim-0
+        # padding of each shard) in the trace: a few KiB on these toys
+        assert e == pytest.approx(t, rel=0.002, abs=16 * 1024), (cat, e, t)

@@ -181,12 +181,15 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
     h, a, kv, d, dv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
     c = compute_bytes(setup)
     mt = spec.model_type
-    o_copy = mt in ("gpt_neox", "phi3", "falcon") or spec.is_encoder
+    # Fused CUDA kernels allocate their output as (b, s, a, d): HF's transpose(1, 2).contiguous() is
+    # free for every family under sdpa (a CPU run differs: its kernel follows q's strides). Eager
+    # attention's matmul output is (b, a, s, d), so the transpose makes a real copy.
     if setup.attn in ("sdpa", "flash"):
         # transformers passes enable_gqa when there is no mask (causal, no padding) and head dims are
         # equal and <= 256 (integrations/sdpa_attention.py use_gqa_in_sdpa); otherwise repeat_kv expands k/v.
         # falcon calls sdpa itself with an explicit mask after expanding k/v to every head.
-        gqa_native = setup.attn == "flash" or (d == dv and d <= 256 and not spec.is_encoder and mt != "falcon")
+        gqa_native = setup.attn == "flash" or (d == dv and d <= 256 and not spec.is_encoder and mt != "falcon"
+                                               and not sliding_window_mask(spec, setup))
         kv_eff = kv if gqa_native else a
         if sdpa_math_fallback(spec, setup):
             # fp32 with enable_gqa: CUDA has no fused kernel for it and runs the math composite
@@ -212,8 +215,6 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
             add("v", "attention", c * kv_eff * dv)
         add("attn_out", "attention", c * a * dv)
         add("logsumexp", "attention", 4.0 * a)  # (b, a, s) fp32
-        if o_copy:
-            add("o_input", "attention", c * a * dv)
         return
     add("q", "attention", c * a * d)
     add("k_repeated", "attention", c * a * d)
@@ -231,6 +232,16 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
         add("attn_dropout_mask", "attention", 1.0 * a * s)
         add("attn_dropout_out", "attention", float(c) * a * s)
     add("o_input", "attention", c * a * dv)
+
+
+def sliding_window_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Mistral-style sliding-window attention (mistral, mixtral, phi3; qwen2 with use_sliding_window):
+    once the window does not cover the sequence, transformers builds an explicit (1, 1, s, s) boolean
+    mask, so sdpa cannot use is_causal/enable_gqa: k and v are expanded to every head (repeat_kv) and
+    CUDA runs the memory-efficient kernel, which keeps the mask."""
+    sw = spec.sliding_window
+    return (sw is not None and sw <= setup.seq_len // setup.cp and setup.attn == "sdpa"
+            and spec.model_type in ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"))
 
 
 def sdpa_math_fallback(spec: ModelSpec, setup: TrainingSetup) -> bool:
@@ -377,6 +388,8 @@ def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
         # position_ids default to arange(s)[None]: cos/sin are (1, s, d), broadcast over the batch
         rope_dim = spec.qk_rope_head_dim or spec.head_dim
         out += 2 * s * rope_dim * residual_bytes(setup)
+    if sliding_window_mask(spec, setup):
+        out += s * setup.seq_len  # the (1, 1, s, s) bool mask, kept by every layer's kernel
     return out
 
 
