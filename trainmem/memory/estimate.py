@@ -98,6 +98,17 @@ class _States:
     unsharded_elem: int = 0     # fsdp2/zero-3: bytes of a gathered parameter element
 
 
+def fsdp_shard_elems(n: int, experts: int, n_experts: int, dp: int) -> int:
+    """Elements FSDP2 keeps on one rank for ``n`` parameters, ``experts`` of them routed experts stacked
+    as ``(E, ·, ·)`` tensors. ``fully_shard`` chunks every tensor on dim 0 and pads each chunk to
+    ``ceil(dim0 / dp)`` rows (torch/distributed/fsdp/_fully_shard/_fsdp_param.py): dense weights
+    (dim 0 ≥ hidden) shard evenly, but with more ranks than experts each rank still holds a whole
+    expert (ceil(E / dp) of E)."""
+    if not experts or not n_experts:
+        return -(-n // dp)
+    return -(-(n - experts) // dp) + -(-n_experts // dp) * (experts // n_experts)
+
+
 def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str]) -> _States:
     e, z, dp = s.engine, s.zero, s.dp
     pb = param_bytes_per_elem(s)
@@ -133,17 +144,19 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
     if e == "fsdp2":
         off = s.offload == "optimizer+params"
         st.unsharded_elem = 4 if s.precision == "fp32" else 2
-        shard_param = base // dp + T * train_elem // dp
+        experts = 0 if s.is_lora else spec.params.expert_total // s.ep // s.tp
+        T_local = fsdp_shard_elems(T, experts, spec.num_experts // s.ep, dp)
+        shard_param = base // dp + T_local * train_elem
         st.grad_elem = train_elem
         st.grad_shard = dp
-        states = optimizer_state_bytes(s, -(-T // dp), train_elem, spec)
+        states = optimizer_state_bytes(s, T_local, train_elem, spec)
         if off:
             st.host = shard_param + T * train_elem // dp + states
             notes.append("FSDP2 CPUOffloadPolicy: sharded parameters, gradients and optimizer states live in pinned host memory; the step runs on the CPU")
             return st
         st.params = shard_param
         st.states = states
-        st.step_temp = optimizer_step_temp_bytes(s, -(-T // dp), train_elem, train_elem)
+        st.step_temp = optimizer_step_temp_bytes(s, T_local, train_elem, train_elem)
         return st
     if e == "deepspeed":
         if s.precision == "fp32":
@@ -262,6 +275,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     # width i) and its 16-bit weight copy are released while the MLP's other gradients are being made.
     parts = [kinds[idx in spec.moe_layer_indices][1] for idx in layer_ids]
     mlp_frac = [_mlp_param_fraction(spec, idx) for idx in layer_ids]
+    layer_experts = [0 if s.is_lora else spec.params.layers[idx].experts // s.ep // s.tp for idx in layer_ids]
     copy_frac = [_mlp_copy_fraction(spec, idx) for idx in layer_ids]
     # Identical consecutive layers change memory by the same amount each, so within a run the peak is
     # at one of its ends: the two layers at each end of a run are simulated one by one and the middle
@@ -326,7 +340,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
 
     ue = st.unsharded_elem
 
-    def unit_gather(key: str, n_params: int) -> None:
+    def ag_bytes(n_params: int, experts: int) -> int:
+        """FSDP2's all-gather output: every rank's padded shard (dp × local), in param_dtype."""
+        return ue * s.dp * fsdp_shard_elems(n_params, experts, spec.num_experts // s.ep, s.dp)
+
+    def unit_gather(key: str, n_params: int, experts: int = 0) -> None:
         """Unshard a unit. FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py): unshard()
         first frees the previous all-gather's output (kept as ``all_gather_state`` for stream order),
         all-gathers into a new flat output, and wait_for_unshard() copies it out into the unsharded
@@ -340,35 +358,37 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         pending = "ag_pending:" + key
         if not tl.has(pending):
             tl.free("ag_state")
-            tl.alloc(pending, "communication_buffers", ue * n_params)
-        tl.alloc(key, "parameters", ue * n_params)
+            tl.alloc(pending, "communication_buffers", ag_bytes(n_params, experts))
+        # (the unsharded parameters are views of the padded per-parameter all-gather outputs)
+        tl.alloc(key, "parameters", ag_bytes(n_params, experts))
         tl.free("ag_state")
         tl.rename(pending, "ag_state")
 
-    def fsdp_prefetch(key: str, n_params: int) -> None:
+    def fsdp_prefetch(key: str, n_params: int, experts: int = 0) -> None:
         """FSDP2 backward prefetch: all-gather the next unit now, copy it out at its pre-backward."""
         if tl.has(key) or tl.has("ag_pending:" + key):
             return
         tl.free("ag_state")
-        tl.alloc("ag_pending:" + key, "communication_buffers", ue * n_params)
+        tl.alloc("ag_pending:" + key, "communication_buffers", ag_bytes(n_params, experts))
 
     rs_elem = 2 if s.precision == "bf16" else 4  # reduce_dtype: fp32 under the mixed policy
 
-    def fsdp_reduce(keys: list[str], n: int) -> None:
+    def fsdp_reduce(keys: list[str], n: int, experts_in: int = 0) -> None:
         """post_backward: free the previous reduce-scatter input (``reduce_scatter_state``), copy the
         unsharded grads into a new reduce-scatter input in reduce_dtype, free them, and accumulate the
         sharded output into the sharded gradient (created at the first micro-batch)."""
         if n <= 0:
             return
+        local = fsdp_shard_elems(n, experts_in, spec.num_experts // s.ep, s.dp)
         tl.free("rs_state")
-        tl.alloc("rs_in", "communication_buffers", rs_elem * n)
+        tl.alloc("rs_in", "communication_buffers", rs_elem * s.dp * local)
         for k in keys:
             tl.free(k + ":unsharded")
         shard = keys[0] + ":sharded"
         if not tl.has(shard):
-            tl.alloc(shard, "gradients", st.grad_elem * n // s.dp)
+            tl.alloc(shard, "gradients", st.grad_elem * local)
         else:
-            tl.spike(shard + ":new", "temporaries", st.grad_elem * n // s.dp)
+            tl.spike(shard + ":new", "temporaries", st.grad_elem * local)
         tl.rename("rs_in", "rs_state")
 
     produced = [0]
@@ -428,7 +448,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             if j in bulk_of:
                 bulk_forward(mb, bulk_of[j])
                 continue
-            unit_gather(f"unit{idx}", layer_params[j])
+            unit_gather(f"unit{idx}", layer_params[j], layer_experts[j])
             tl.spike(f"fwdtmp{mb}.{idx}", "activations", fwd_tmp + (saved[j] if recompute == "full" else 0))
             if recompute != "full":
                 prod, mlp_rest, early, attn = kept_parts(j)
@@ -464,7 +484,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         """Forward of a block of identical layers: what they leave behind, in one allocation."""
         n, j0 = len(js), js[0]
         if fsdp and s.zero == 2:
-            tl.alloc(f"unitbulk{j0}", "parameters", _r(ue * layer_params[j0]) * n)
+            tl.alloc(f"unitbulk{j0}", "parameters", _r(ag_bytes(layer_params[j0], layer_experts[j0])) * n)
         per = sum(_r(x) for x in kept_parts(j0)) if recompute != "full" else _r(saved_eff[j0])
         tl.alloc(f"actbulk{mb}.{j0}", "activations", per * n)
         tl.alloc(f"wcopybulk{mb}.{j0}", "activations", sum(_r(x) for x in copy_pieces(j0)) * n)
@@ -484,7 +504,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 tl.alloc("grad_partition", "gradients", 2 * rp.trainable // s.dp)
         elif fsdp:
             if not tl.has(key + ":sharded"):
-                tl.alloc(key + ":sharded", "gradients", _r(st.grad_elem * layer_train[j0] // s.dp) * n)
+                local = fsdp_shard_elems(layer_train[j0], layer_experts[j0], spec.num_experts // s.ep, s.dp)
+                tl.alloc(key + ":sharded", "gradients", _r(st.grad_elem * local) * n)
         elif not tl.has(key):
             elem = 2 if e == "deepspeed" else st.grad_elem
             tl.alloc(key, "gradients", sum(_r(elem * x) for x in grad_pieces(j0) if x > 0) * n)
@@ -495,9 +516,9 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.free(f"unit{layer_ids[js[-1]]}")
             if j_below >= 0:
                 if fsdp:
-                    fsdp_prefetch(f"unit{layer_ids[j_below]}", layer_params[j_below])
+                    fsdp_prefetch(f"unit{layer_ids[j_below]}", layer_params[j_below], layer_experts[j_below])
                 else:
-                    unit_gather(f"unit{layer_ids[j_below]}", layer_params[j_below])
+                    unit_gather(f"unit{layer_ids[j_below]}", layer_params[j_below], layer_experts[j_below])
         if recompute != "none" and j_below >= 0:
             recompute_layer(mb, j_below)
 
@@ -525,7 +546,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         tl.free("ag_state")  # FSDP2's root pre-backward waits for and drops the last all-gather output
         if fsdp and s.zero == 3 and layer_ids:
             # ... and, from the hook on the forward output, prefetches the last layer before the loss backward
-            fsdp_prefetch(f"unit{layer_ids[-1]}", layer_params[-1])
+            fsdp_prefetch(f"unit{layer_ids[-1]}", layer_params[-1], layer_experts[-1])
         if last:
             tl.spike(f"lossbwd{mb}", "temporaries", loss.backward_transient_bytes)
             tl.free(f"losskept{mb}")
@@ -552,12 +573,12 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 continue
             idx = layer_ids[j]
             if (fsdp and s.zero == 3) or zero3:
-                unit_gather(f"unit{idx}", layer_params[j])
+                unit_gather(f"unit{idx}", layer_params[j], layer_experts[j])
                 if j > 0:
                     if fsdp:
-                        fsdp_prefetch(f"unit{layer_ids[j - 1]}", layer_params[j - 1])
+                        fsdp_prefetch(f"unit{layer_ids[j - 1]}", layer_params[j - 1], layer_experts[j - 1])
                     else:
-                        unit_gather(f"unit{layer_ids[j - 1]}", layer_params[j - 1])
+                        unit_gather(f"unit{layer_ids[j - 1]}", layer_params[j - 1], layer_experts[j - 1])
             if recompute != "none" and j == n_layers - 1:
                 recompute_layer(mb, j)
             n_down, n_mlp_rest, n_o, n_attn_rest = grad_pieces(j)
@@ -590,7 +611,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 recompute_layer(mb, j - 1)
             tl.spike(f"normbwd{mb}.{idx}", "temporaries", norm_bwd)
             if fsdp:
-                fsdp_reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], layer_train[j])
+                fsdp_reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], layer_train[j], layer_experts[j])
             if fsdp or zero3:
                 tl.free(f"unit{idx}")
         tl.free(f"gstream{mb}")
