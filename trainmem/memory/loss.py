@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.memory.activations import compute_bytes
+from trainmem.memory.activations import compute_bytes, is_amp
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
@@ -42,6 +42,11 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     if setup.engine == "megatron":
         return LossBuffers(logits_bytes=c * n, kept_bytes=4 * n, forward_transient_bytes=0,
                            backward_transient_bytes=0, grad_logits_bytes=c * n if c == 2 else 0)
+    if spec.is_encoder and c == 2 and not is_amp(setup):
+        # *ForMaskedLM calls CrossEntropyLoss on the logits as they are (no fp32 upcast): in pure
+        # 16-bit, log_softmax keeps a 16-bit output and its backward makes 16-bit gradients
+        return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=0,
+                           backward_transient_bytes=2 * c * n, grad_logits_bytes=0)
     kept = 4 * n
     if spec.final_logit_softcapping:
         kept += c * n  # tanh output kept for backward; division by the cap keeps nothing
