@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,7 +60,25 @@ def test_recomputation_never_raises_memory(model, seq, prec, engine, mb) -> None
 @given(model_st, seq_st, st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from(["fsdp2", "deepspeed"]))
 def test_more_gpus_never_raise_zero3_memory(model, seq, n, engine) -> None:
     kw = dict(seq_len=seq, engine=engine, zero=3, precision="amp-bf16" if engine == "fsdp2" else "mixed-bf16")
+    spec = SPECS[model]
+    if engine == "fsdp2" and spec.is_moe and 2 * n > spec.num_experts:
+        return  # FSDP2 pads dim 0: past E ranks, stacked experts stop shrinking (test below)
     assert peak(model, gpus=2 * n, **kw) <= peak(model, gpus=n, **kw)
+
+
+def test_fsdp2_pads_stacked_experts_past_E_ranks() -> None:
+    """fully_shard chunks dim 0 and pads every chunk to ceil(E / dp) experts: with 32 ranks and 8 experts
+    each rank still holds a whole expert of each layer (1/8, not 1/32), and the all-gather outputs are
+    dp × that padded shard. So from 8 to 32 ranks Mixtral's per-rank memory does not fall by 4×; it rises."""
+    spec = SPECS["mixtral-8x7b"]
+    e8 = estimate(spec, make_setup(engine="fsdp2", gpus=8, precision="bf16", seq_len=1024))
+    e32 = estimate(spec, make_setup(engine="fsdp2", gpus=32, precision="bf16", seq_len=1024))
+    experts = spec.params.expert_total
+    dense = spec.n_params - experts
+    # sharded bf16 params: experts / 8 on both; dense / dp
+    assert e8.static_bytes - e8.cuda_only_bytes >= 3 * (2 * experts // 8)  # params + Adam states, 2+4 B
+    assert e32.static_bytes - e32.cuda_only_bytes == pytest.approx(6 * (experts // 8 + dense / 32), rel=0.01)
+    assert e32.peak_allocated_bytes > e8.peak_allocated_bytes
 
 
 @settings(max_examples=30, deadline=None)
