@@ -7,8 +7,12 @@ stderr and exits with code 2; nothing is written to stdout on error.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Optional
+
+# The CLI process does not need pydantic's plugin discovery (an entry-point scan on every start).
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer
 
