@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Optional
 
 # The CLI process does not need pydantic's plugin discovery (an entry-point scan on every start).
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer
 
+from trainmem import cli_options as opt
 from trainmem.errors import TrainmemError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -23,40 +23,22 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 @app.command()
 def estimate(
-    model: str = typer.Argument(..., help="catalog name (trainmem models), path to config.json, or a size like 7B"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="tokens per sequence [2048]"),
-    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="sequences per micro-batch per rank [1]"),
-    grad_accum: Optional[int] = typer.Option(None, "--grad-accum", help="micro-batches per optimizer step [1]"),
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32|bf16|fp16|amp-bf16|amp-fp16|mixed-bf16|mixed-fp16"),
-    optimizer: Optional[str] = typer.Option(None, "--optimizer", help="adamw|adam|sgd|sgd-momentum|adamw-8bit|adafactor|lion"),
-    recompute: Optional[str] = typer.Option(None, "--recompute", help="none|selective|full"),
-    attn: Optional[str] = typer.Option(None, "--attn", help="sdpa|flash|eager"),
-    engine: Optional[str] = typer.Option(None, "--engine", help="torch|fsdp2|deepspeed|megatron"),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="world size [1]"),
-    dp: Optional[int] = typer.Option(None, "--dp"), tp: Optional[int] = typer.Option(None, "--tp"),
-    pp: Optional[int] = typer.Option(None, "--pp"), cp: Optional[int] = typer.Option(None, "--cp"),
-    ep: Optional[int] = typer.Option(None, "--ep"), vpp: Optional[int] = typer.Option(None, "--vpp"),
-    sp: bool = typer.Option(False, "--sp", help="Megatron sequence parallelism"),
-    zero: Optional[int] = typer.Option(None, "--zero", help="0-3 (deepspeed), 2|3 (fsdp2), 1 = distributed optimizer (megatron)"),
-    offload: Optional[str] = typer.Option(None, "--offload", help="none|optimizer|optimizer+params"),
-    lora_rank: Optional[int] = typer.Option(None, "--lora-rank"),
-    lora_targets: Optional[str] = typer.Option(None, "--lora-targets", help="comma list, or all-linear"),
-    qlora: bool = typer.Option(False, "--qlora"),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name [H100-SXM-80G] (trainmem gpus)"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    model: opt.Model, seq_len: opt.SeqLen = None, micro_batch: opt.MicroBatch = None,
+    grad_accum: opt.GradAccum = None, precision: opt.Precision = None, optimizer: opt.OptimizerOpt = None,
+    recompute: opt.Recompute = None, attn: opt.Attn = None, engine: opt.Engine = None, gpus: opt.Gpus = None,
+    dp: opt.Dp = None, tp: opt.Tp = None, pp: opt.Pp = None, cp: opt.Cp = None, ep: opt.Ep = None,
+    vpp: opt.Vpp = None, sp: opt.Sp = False, zero: opt.Zero = None, offload: opt.Offload = None,
+    lora_rank: opt.LoraRank = None, lora_targets: opt.LoraTargets = None, qlora: opt.Qlora = False,
+    gpu: opt.Gpu = None, as_json: opt.Json = False,
     explain: bool = typer.Option(False, "--explain", help="show the formula and source behind every line"),
     max_micro_batch: bool = typer.Option(False, "--max-micro-batch", help="largest micro-batch that fits on --gpu"),
-    lang: str = typer.Option("en", "--lang", help="en|zh"),
+    lang: opt.Lang = "en",
 ) -> None:
     """Estimate the peak GPU memory of one training step on the most loaded rank."""
     from trainmem.api import build
     from trainmem.memory import estimate as run_estimate
 
-    spec, setup = build(model, seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
-                        precision=precision, optimizer=optimizer, recompute=recompute, attn=attn,
-                        engine=engine, gpus=gpus, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, sp=sp or None,
-                        zero=zero, offload=offload, lora_rank=lora_rank, lora_targets=lora_targets,
-                        qlora=qlora or None, gpu=gpu)
+    spec, setup = build(model, **opt.setup_fields(locals()))
     _check_lang(lang)
     if max_micro_batch:
         from trainmem.memory.search import max_micro_batch as search
@@ -81,17 +63,13 @@ def estimate(
 
 @app.command("explain")
 def explain_cmd(
-    model: str = typer.Argument(...),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-    micro_batch: Optional[int] = typer.Option(None, "--micro-batch"),
-    precision: Optional[str] = typer.Option(None, "--precision"),
-    engine: Optional[str] = typer.Option(None, "--engine"),
-    gpus: Optional[int] = typer.Option(None, "--gpus"),
-    zero: Optional[int] = typer.Option(None, "--zero"),
-    attn: Optional[str] = typer.Option(None, "--attn"),
-    recompute: Optional[str] = typer.Option(None, "--recompute"),
-    gpu: Optional[str] = typer.Option(None, "--gpu"),
-    lang: str = typer.Option("en", "--lang"),
+    model: opt.Model, seq_len: opt.SeqLen = None, micro_batch: opt.MicroBatch = None,
+    grad_accum: opt.GradAccum = None, precision: opt.Precision = None, optimizer: opt.OptimizerOpt = None,
+    recompute: opt.Recompute = None, attn: opt.Attn = None, engine: opt.Engine = None, gpus: opt.Gpus = None,
+    dp: opt.Dp = None, tp: opt.Tp = None, pp: opt.Pp = None, cp: opt.Cp = None, ep: opt.Ep = None,
+    vpp: opt.Vpp = None, sp: opt.Sp = False, zero: opt.Zero = None, offload: opt.Offload = None,
+    lora_rank: opt.LoraRank = None, lora_targets: opt.LoraTargets = None, qlora: opt.Qlora = False,
+    gpu: opt.Gpu = None, lang: opt.Lang = "en",
 ) -> None:
     """Show every line's formula and source, and how the seed/ZeRO-paper/DeepSpeed accountings differ."""
     from trainmem.api import build
@@ -99,8 +77,7 @@ def explain_cmd(
     from trainmem.report.explain import print_explain
 
     _check_lang(lang)
-    spec, setup = build(model, seq_len=seq_len, micro_batch=micro_batch, precision=precision, engine=engine,
-                        gpus=gpus, zero=zero, attn=attn, recompute=recompute, gpu=gpu)
+    spec, setup = build(model, **opt.setup_fields(locals()))
     print_explain(spec, setup, run_estimate(spec, setup), lang)
 
 

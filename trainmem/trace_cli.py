@@ -6,9 +6,10 @@ Registered on the CLI at start-up; torch and transformers are imported only when
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
+
+from trainmem import cli_options as opt
 
 __all__ = ["register"]
 
@@ -16,30 +17,16 @@ __all__ = ["register"]
 def register(app: typer.Typer) -> None:
     @app.command("trace")
     def trace_cmd(
-        model: str = typer.Argument(..., help="catalog name, path to config.json, or a size like 1B"),
-        seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-        micro_batch: Optional[int] = typer.Option(None, "--micro-batch"),
-        grad_accum: Optional[int] = typer.Option(None, "--grad-accum"),
-        precision: Optional[str] = typer.Option(None, "--precision"),
-        optimizer: Optional[str] = typer.Option(None, "--optimizer"),
-        recompute: Optional[str] = typer.Option(None, "--recompute"),
-        attn: Optional[str] = typer.Option(None, "--attn"),
-        engine: Optional[str] = typer.Option(None, "--engine"),
-        gpus: Optional[int] = typer.Option(None, "--gpus"),
-        dp: Optional[int] = typer.Option(None, "--dp"), tp: Optional[int] = typer.Option(None, "--tp"),
-        pp: Optional[int] = typer.Option(None, "--pp"), cp: Optional[int] = typer.Option(None, "--cp"),
-        ep: Optional[int] = typer.Option(None, "--ep"), vpp: Optional[int] = typer.Option(None, "--vpp"),
-        sp: bool = typer.Option(False, "--sp"),
-        zero: Optional[int] = typer.Option(None, "--zero"),
-        offload: Optional[str] = typer.Option(None, "--offload"),
-        lora_rank: Optional[int] = typer.Option(None, "--lora-rank"),
-        lora_targets: Optional[str] = typer.Option(None, "--lora-targets"),
-        qlora: bool = typer.Option(False, "--qlora"),
-        gpu: Optional[str] = typer.Option(None, "--gpu"),
+        model: opt.Model, seq_len: opt.SeqLen = None, micro_batch: opt.MicroBatch = None,
+        grad_accum: opt.GradAccum = None, precision: opt.Precision = None, optimizer: opt.OptimizerOpt = None,
+        recompute: opt.Recompute = None, attn: opt.Attn = None, engine: opt.Engine = None, gpus: opt.Gpus = None,
+        dp: opt.Dp = None, tp: opt.Tp = None, pp: opt.Pp = None, cp: opt.Cp = None, ep: opt.Ep = None,
+        vpp: opt.Vpp = None, sp: opt.Sp = False, zero: opt.Zero = None, offload: opt.Offload = None,
+        lora_rank: opt.LoraRank = None, lora_targets: opt.LoraTargets = None, qlora: opt.Qlora = False,
+        gpu: opt.Gpu = None, as_json: opt.Json = False,
         compare: bool = typer.Option(False, "--compare", help="estimate and trace side by side, per category"),
         device: str = typer.Option("fake", "--device", help="fake (CPU, fake tensors) | cuda (a real step)"),
-        as_json: bool = typer.Option(False, "--json"),
-        lang: str = typer.Option("en", "--lang", help="en|zh"),
+        lang: opt.Lang = "en",
     ) -> None:
         """Trace one steady training step of the real transformers model (no GPU needed)."""
         from trainmem.api import build
@@ -47,11 +34,7 @@ def register(app: typer.Typer) -> None:
 
         if device not in ("fake", "cuda"):
             raise ConfigError(f"device: {device!r} is not one of fake, cuda")
-        spec, setup = build(model, seq_len=seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
-                            precision=precision, optimizer=optimizer, recompute=recompute, attn=attn,
-                            engine=engine, gpus=gpus, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, sp=sp or None,
-                            zero=zero, offload=offload, lora_rank=lora_rank, lora_targets=lora_targets,
-                            qlora=qlora or None, gpu=gpu)
+        spec, setup = build(model, **opt.setup_fields(locals()))
         if device == "cuda":
             from trainmem.trace.cuda import cuda_step
 

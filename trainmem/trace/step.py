@@ -209,6 +209,9 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
             stack.enter_context(tag_collectives(tracker))
 
         tracker.phase = "build"
+        verbosity = transformers.logging.get_verbosity()
+        transformers.logging.set_verbosity_error()  # config-validation chatter would corrupt --json users' logs
+        stack.callback(transformers.logging.set_verbosity, verbosity)
         model = _build_model(spec, setup)
         if fsdp:
             shard_model(model, mesh, setup)
