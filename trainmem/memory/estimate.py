@@ -277,6 +277,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     mlp_frac = [_mlp_param_fraction(spec, idx) for idx in layer_ids]
     layer_experts = [0 if s.is_lora else spec.params.layers[idx].experts // s.ep // s.tp for idx in layer_ids]
     copy_frac = [_mlp_copy_fraction(spec, idx) for idx in layer_ids]
+    norm_part = next((t.bytes for t in layer_saved(spec, s, layer_ids[0]).terms if t.name == "input_norm"), 0) \
+        if layer_ids else 0
     # Identical consecutive layers change memory by the same amount each, so within a run the peak is
     # at one of its ends: the two layers at each end of a run are simulated one by one and the middle
     # of the run as one block (same peak, a fraction of the work for 80-126-layer models).
@@ -452,10 +454,12 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.spike(f"fwdtmp{mb}.{idx}", "activations", fwd_tmp + (saved[j] if recompute == "full" else 0))
             if recompute != "full":
                 prod, mlp_rest, early, attn = kept_parts(j)
+                nrm = min(attn, norm_part) if recompute == "none" else 0
                 tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
                 tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
                 tl.alloc(f"act{mb}.{idx}.e", "activations", early)
-                tl.alloc(f"act{mb}.{idx}", "activations", attn)
+                tl.alloc(f"act{mb}.{idx}", "activations", attn - nrm)
+                tl.alloc(f"act{mb}.{idx}.n", "activations", nrm)
             else:
                 tl.alloc(f"act{mb}.{idx}", "activations", saved_eff[j])
             c_down, c_mlp, c_attn = copy_pieces(j)
@@ -609,7 +613,9 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 # non-reentrant checkpointing recomputes the layer below as soon as autograd reaches
                 # its output, while this layer's input-norm backward is still running (traced)
                 recompute_layer(mb, j - 1)
+            # the input norm's backward, its own saved tensors still alive
             tl.spike(f"normbwd{mb}.{idx}", "temporaries", norm_bwd)
+            tl.free(f"act{mb}.{idx}.n")
             if fsdp:
                 fsdp_reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], layer_train[j], layer_experts[j])
             if fsdp or zero3:
