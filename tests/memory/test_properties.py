@@ -105,3 +105,38 @@ def test_breakdown_sums_to_peak() -> None:
                 continue
             e = estimate(spec, make_setup(engine=eng, seq_len=512, **kw))
             assert sum(e.breakdown_at_peak_bytes.values()) == e.peak_allocated_bytes, (m, eng)
+
+
+_ENGINE_OPTS = st.fixed_dictionaries({
+    "engine": st.sampled_from(["torch", "fsdp2", "deepspeed", "megatron"]),
+    "optimizer": st.sampled_from(["adamw", "adam", "sgd", "sgd-momentum", "adamw-8bit", "adafactor", "lion"]),
+    "recompute": st.sampled_from(["none", "selective", "full"]),
+    "attn": st.sampled_from(["sdpa", "flash", "eager"]),
+    "gpus": st.sampled_from([1, 2, 8, 16, 64]),
+    "tp": st.sampled_from([1, 2, 4]), "pp": st.sampled_from([1, 2, 4]), "cp": st.sampled_from([1, 2]),
+    "ep": st.sampled_from([1, 2]), "vpp": st.sampled_from([1, 2]), "sp": st.booleans(),
+    "zero": st.sampled_from([None, 0, 1, 2, 3]), "offload": st.sampled_from(["none", "optimizer", "optimizer+params"]),
+    "lora_rank": st.sampled_from([0, 16]), "grad_accum": st.sampled_from([1, 3, 8]),
+    "micro_batch": st.sampled_from([1, 4]), "seq_len": st.sampled_from([512, 4096]),
+})
+
+
+@settings(max_examples=150, deadline=None)
+@given(model_st, _ENGINE_OPTS)
+def test_any_valid_setup_estimates_consistently(model, kw) -> None:
+    """Every setup either is refused with one TrainmemError line, or gives a breakdown that sums to the
+    peak, with no negative category and the between-steps memory not above the peak."""
+    from trainmem.errors import TrainmemError
+    from trainmem.setup import validate_for_model
+
+    spec = SPECS[model]
+    try:
+        setup = make_setup(**kw)
+        validate_for_model(setup, spec)
+        e = estimate(spec, setup)
+    except TrainmemError as err:
+        assert "\n" not in str(err)
+        return
+    assert sum(e.breakdown_at_peak_bytes.values()) == e.peak_allocated_bytes
+    assert min(e.breakdown_at_peak_bytes.values()) >= 0
+    assert e.static_bytes <= e.peak_allocated_bytes <= e.peak_reserved_bytes <= e.device_total_bytes

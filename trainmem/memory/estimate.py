@@ -487,7 +487,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     def bulk_forward(mb: int, js: list[int]) -> None:
         """Forward of a block of identical layers: what they leave behind, in one allocation."""
         n, j0 = len(js), js[0]
-        if fsdp and s.zero == 2:
+        if fsdp and s.zero == 2 and not tl.has(f"unitbulk{j0}"):
             tl.alloc(f"unitbulk{j0}", "parameters", _r(ag_bytes(layer_params[j0], layer_experts[j0])) * n)
         per = sum(_r(x) for x in kept_parts(j0)) if recompute != "full" else _r(saved_eff[j0])
         tl.alloc(f"actbulk{mb}.{j0}", "activations", per * n)
