@@ -127,6 +127,8 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
         else:
             base = frozen * (4 if s.precision == "fp32" else 2)
         notes.append("LoRA: adapters fp32 (PEFT default), base frozen; only adapters have gradients and optimizer state")
+        notes.append("LoRA activations are counted as in full fine-tuning plus the adapters' inputs: an upper "
+                     "bound (a frozen linear need not keep its input); LoRA steps are not traced yet")
     else:
         train_elem = pb
         base = 0
