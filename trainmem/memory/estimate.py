@@ -92,7 +92,6 @@ class _States:
     comm_static: int = 0
     host: int = 0
     grad_elem: int = 4          # bytes of a (local) gradient element
-    grad_shard: int = 1         # divisor of gradients kept on this rank
     step_grad_fp32: int = 0     # fp32 gradient copy built at step() (DeepSpeed/FP16_Optimizer)
     step_temp: int = 0
     unsharded_elem: int = 0     # fsdp2/zero-3: bytes of a gathered parameter element
@@ -150,7 +149,6 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
         T_local = fsdp_shard_elems(T, experts, spec.num_experts // s.ep, dp)
         shard_param = base // dp + T_local * train_elem
         st.grad_elem = train_elem
-        st.grad_shard = dp
         states = optimizer_state_bytes(s, T_local, train_elem, spec)
         if off:
             st.host = shard_param + T * train_elem // dp + states
@@ -170,7 +168,6 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
         st.master = 4 * T // shard
         st.states = optimizer_state_bytes(s, T // shard, 4, spec)
         st.grad_elem = 2
-        st.grad_shard = dp if z >= 2 else 1
         st.step_grad_fp32 = 4 * T // shard
         st.unsharded_elem = 2
         if s.offload != "none":
@@ -203,8 +200,8 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
     raise UnsupportedError(f"engine {e} is not modelled")
 
 
-def _saved_per_layer(spec: ModelSpec, s: TrainingSetup, idx: int, amp_copies: int) -> int:
-    return layer_saved(spec, s, idx).total_bytes + amp_copies
+def _saved_per_layer(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
+    return layer_saved(spec, s, idx).total_bytes
 
 
 def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -> tuple[Timeline, RankParams, _States, int]:
@@ -239,7 +236,6 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     # cache keeps every copy until the autocast region ends; the ones matmuls saved live until the
     # layer's backward). FSDP2 with param_dtype=bf16 gathers 16-bit weights directly: no copies.
     amp_copy = amp and not fsdp
-    frozen16 = s.is_lora and not amp
     # (routed experts run in their weights' dtype, fp32 under autocast: no copies for them)
     copies = [2 * max(mm - (spec.params.layers[i].experts // s.ep) // s.tp, 0) if amp_copy and not s.qlora else 0
               for i, mm in zip(stage_layers(spec.num_layers, s.pp, stage), rp.layer_matmul)]
@@ -247,19 +243,18 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         # bitsandbytes dequantises each NF4 weight to 16 bits for the matmul and frees it after.
         notes.append("QLoRA: each NF4 weight is dequantised to a 16-bit temporary for its matmul")
     head_copy = 2 * (spec.params.lm_head or spec.params.embedding) // s.tp if (amp_copy and last and not spec.is_encoder) else 0
-    del frozen16
     # Pipeline: stage i of p keeps min(p - i, m) micro-batches in flight (1F1B); interleaving with
     # v chunks adds (p - 1)/(p·v) on the first stage (Megatron's memory report).
     m = s.grad_accum
     in_flight = min(s.pp - stage, m) if s.pp > 1 else 1
-    vpp_factor = 1.0 + (s.pp - 1) / (s.pp * s.vpp) - 1.0 / s.vpp if (s.vpp > 1 and stage == 0) else 0.0
+    vpp_factor = (s.pp - 1) / (s.pp * s.vpp) if (s.vpp > 1 and stage == 0) else 0.0
     loss = loss_buffers(spec, s)
     # Layers of one kind (dense / MoE) save the same: compute each kind once.
     kinds: dict[bool, tuple[int, tuple[int, int, int, int]]] = {}
     for i in layer_ids:
         moe = i in spec.moe_layer_indices
         if moe not in kinds:
-            tot = _saved_per_layer(spec, s, i, 0)
+            tot = _saved_per_layer(spec, s, i)
             kinds[moe] = (tot, _layer_parts(spec, s, i, tot))
     saved = [kinds[i in spec.moe_layer_indices][0] for i in layer_ids]
     act_per_layer = saved[0] if saved else 0
@@ -340,7 +335,6 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         # gradient (fp32), both b·a·s² (compute dtype for families whose softmax is not upcast)
         sm = 4 if spec.model_type not in ("gpt2", "bert", "roberta", "falcon") else c
         attn_transient += 2 * sm * s.micro_batch * spec.num_attention_heads * (s.seq_len // s.cp) * s.seq_len // s.tp
-    grads_live = st.grads_static > 0
 
     ue = st.unsharded_elem
 
@@ -673,7 +667,6 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         tl.free(k)
     tl.free("grad_partition")
     tl.mark("step end")
-    del grads_live
     return tl, rp, st, act_per_layer
 
 
