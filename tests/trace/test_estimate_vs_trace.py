@@ -34,6 +34,8 @@ CASES = [
     ("gpt_neox", dict(precision="bf16", seq_len=512, micro_batch=4, attn="eager")),
     ("gpt_neox", dict(precision="amp-bf16", seq_len=256, micro_batch=4)),
     ("mistral-window", dict(precision="bf16", seq_len=256, micro_batch=4)),
+    ("falcon", dict(precision="bf16", seq_len=256, micro_batch=4)),
+    ("falcon-new", dict(precision="amp-bf16", seq_len=256, micro_batch=4)),
     ("mixtral", dict(precision="bf16", seq_len=256, micro_batch=4)),
     ("qwen2_moe", dict(precision="amp-bf16", seq_len=256, micro_batch=4)),
 ]

@@ -187,10 +187,11 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
     if setup.attn in ("sdpa", "flash"):
         # transformers passes enable_gqa when there is no mask (causal, no padding) and head dims are
         # equal and <= 256 (integrations/sdpa_attention.py use_gqa_in_sdpa); otherwise repeat_kv expands k/v.
-        # falcon calls sdpa itself with an explicit mask after expanding k/v to every head.
-        gqa_native = setup.attn == "flash" or (d == dv and d <= 256 and not spec.is_encoder and mt != "falcon"
+        gqa_native = setup.attn == "flash" or (d == dv and d <= 256 and not spec.is_encoder
                                                and not sliding_window_mask(spec, setup))
         kv_eff = kv if gqa_native else a
+        if mt == "falcon" and spec.hf_config.get("new_decoder_architecture"):
+            kv_eff = a  # _split_heads: torch.broadcast_to(key, query.shape).flatten() copies k/v per head
         if sdpa_math_fallback(spec, setup):
             # fp32 with enable_gqa: CUDA has no fused kernel for it and runs the math composite
             # (_scaled_dot_product_attention_math): it keeps q, k and v expanded to every head, the
@@ -248,7 +249,7 @@ def sdpa_math_fallback(spec: ModelSpec, setup: TrainingSetup) -> bool:
     """CUDA SDPA falls back to the math kernel for fp32 inputs with native GQA (flash needs 16-bit,
     the memory-efficient kernel has no enable_gqa): trace/sdpa.py ``cuda_backend``."""
     return (setup.attn == "sdpa" and compute_bytes(setup) == 4 and spec.num_kv_heads < spec.num_attention_heads
-            and spec.head_dim == spec.v_head_dim <= 256 and not spec.is_encoder and spec.model_type != "falcon"
+            and spec.head_dim == spec.v_head_dim <= 256 and not spec.is_encoder
             and spec.q_lora_rank is None and spec.kv_lora_rank is None)
 
 
@@ -270,6 +271,10 @@ def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int) -> None:
         add("ln_mlp_stats", "norm", 8.0, tp_split=False)
     if not (spec.parallel_residual and mt == "falcon") or falcon_two_ln:
         add("mlp_input", "mlp", _linear_inputs_saved(setup, 1, h), tp_split=False)
+    elif is_amp(setup):
+        # one LayerNorm feeds attention and MLP: shared in 16-bit, but under autocast the MLP's first
+        # linear casts its own 16-bit copy of the fp32 norm output
+        add("mlp_input", "mlp", 2.0 * h, tp_split=False)
     if spec.hidden_act in ("gelu_new",):
         if is_amp(setup):
             # Under CUDA autocast ``pow`` is an fp32 op: it keeps an fp32 copy of x (4), the rest of the
