@@ -12,6 +12,7 @@ from trainmem.memory.activations import layer_saved
 from trainmem.memory.estimate import MemoryEstimate
 from trainmem.memory.loss import loss_buffers
 from trainmem.model.spec import ModelSpec
+from trainmem.report.i18n import t
 from trainmem.setup import TrainingSetup
 from trainmem.units import GB, GiB
 
@@ -91,15 +92,14 @@ def accountings(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, int, s
 def print_explain(spec: ModelSpec, setup: TrainingSetup, est: MemoryEstimate, lang: str = "en",
                   console: Console | None = None) -> None:
     con = console or Console()
-    tab = Table(title="How each line is computed" if lang == "en" else "每一项的计算方式", show_lines=True)
-    for col in ("category", "GiB", "formula", "source"):
+    tab = Table(title=t("explain_title", lang), show_lines=True)
+    for col in (t("category", lang), "GiB", t("formula", lang), t("source", lang)):
         tab.add_column(col)
     for ln in explain_lines(spec, setup, est):
-        tab.add_row(ln.category, f"{ln.bytes / GiB:.2f}", ln.formula, ln.source)
+        tab.add_row(t(ln.category, lang), f"{ln.bytes / GiB:.2f}", ln.formula, ln.source)
     con.print(tab)
-    acc_tab = Table(title="Model states per GPU under other accountings (no activations)"
-                    if lang == "en" else "其他口径下的每卡模型状态（不含激活值）")
-    for col in ("accounting", "GB (10⁹)", "GiB", "why it differs"):
+    acc_tab = Table(title=t("acc_title", lang))
+    for col in (t("accounting", lang), "GB (10⁹)", "GiB", t("why", lang)):
         acc_tab.add_column(col)
     for name, b, why in accountings(spec, setup):
         acc_tab.add_row(name, f"{b / GB:.2f}", f"{b / GiB:.2f}", why)
@@ -112,8 +112,8 @@ def print_explain(spec: ModelSpec, setup: TrainingSetup, est: MemoryEstimate, la
     kor = acc.korthikanti_layer_activation_bytes(s.micro_batch, s.seq_len, spec.hidden_size,
                                                  spec.num_attention_heads) * spec.num_layers
     ours = layer_saved(spec, s, 0).total_bytes * spec.num_layers
-    act = Table(title="Activations of all layers, one micro-batch" if lang == "en" else "全部层的激活值（单个 micro-batch）")
-    for col in ("formula", "GiB", "note"):
+    act = Table(title=t("act_title", lang))
+    for col in (t("formula", lang), "GiB", t("note", lang)):
         act.add_column(col)
     act.add_row("seed: b·s·h·L·2", f"{seed / GiB:.2f}", "one hidden state per layer: far too low (the seed's '512 MB' is 512 MiB)")
     act.add_row("Korthikanti 2022: s·b·h·(34 + 5as/h)·L", f"{kor / GiB:.2f}", "GPT block without flash attention; HF blocks keep more per token but no s² with sdpa")

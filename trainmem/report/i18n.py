@@ -35,6 +35,15 @@ _STRINGS: dict[str, dict[str, str]] = {
     "trainable": {"en": "trainable", "zh": "可训练"},
     "max_mb": {"en": "largest micro-batch that fits", "zh": "可容纳的最大 micro-batch"},
     "none_fits": {"en": "even micro-batch 1 does not fit", "zh": "micro-batch 为 1 也放不下"},
+    "formula": {"en": "formula", "zh": "公式"},
+    "source": {"en": "source", "zh": "来源"},
+    "accounting": {"en": "accounting", "zh": "口径"},
+    "why": {"en": "why it differs", "zh": "差异原因"},
+    "note": {"en": "note", "zh": "说明"},
+    "explain_title": {"en": "How each line is computed", "zh": "每一项的计算方式"},
+    "acc_title": {"en": "Model states per GPU under other accountings (no activations)",
+                  "zh": "其他口径下的每卡模型状态（不含激活值）"},
+    "act_title": {"en": "Activations of all layers, one micro-batch", "zh": "全部层的激活值（单个 micro-batch）"},
 }
 
 
