@@ -22,7 +22,7 @@ from trainmem.setup import TrainingSetup
 __all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
            "head_saved", "embedding_saved", "model_wide_saved_bytes"]
 
-_ROPE_MODELS_WITH_GEMMA_NORM = ("gemma", "gemma2", "gemma3_text", "gemma3")
+_GEMMA_NORM_MODELS = ("gemma", "gemma2", "gemma3_text", "gemma3")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ def _norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
     if spec.norm == "layernorm":
         return float(r) + 8.0 / spec.hidden_size
     rows = 4.0 / spec.hidden_size  # rsqrt(variance + eps): one fp32 value per row, kept by the multiply
-    if spec.model_type in _ROPE_MODELS_WITH_GEMMA_NORM:
+    if spec.model_type in _GEMMA_NORM_MODELS:
         return 8.0 + rows
     return 4.0 + r + rows
 
@@ -365,7 +365,7 @@ def _lora_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
     """PEFT LoRA (peft/tuners/lora/layer.py Linear.forward): the input is cast to the adapter dtype
     (fp32 adapters: a 4-byte copy; under autocast the adapter matmul casts it to 2 bytes) and kept by
     lora_A; lora_A's output (rank wide) is kept by lora_B."""
-    in_bytes = 2.0 if (is_amp(setup) or setup.precision in ("bf16", "fp16")) and is_amp(setup) else 4.0
+    in_bytes = 2.0 if is_amp(setup) else 4.0
     for fin, _fout in lora_shapes(spec, setup.lora_targets):
         add("lora_input", "lora", in_bytes * fin, tp_split=False)
         add("lora_a_out", "lora", in_bytes * setup.lora_rank, tp_split=False)
