@@ -259,7 +259,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     saved = [kinds[i in spec.moe_layer_indices][0] for i in layer_ids]
     act_per_layer = saved[0] if saved else 0
     wide = model_wide_saved_bytes(spec, s)
-    ckpt_input = r * T_tok * h // (1 if s.sp else 1) // (s.tp if s.sp else 1)
+    ckpt_input = r * T_tok * h // (s.tp if s.sp else 1)
     recompute = s.recompute
     if recompute == "selective":
         saved_eff = [_selective(spec, s, i) for i in layer_ids]
@@ -440,6 +440,10 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.alloc(f"emb{mb}", "activations", embedding_saved(spec, s))
         tl.alloc(f"wide{mb}", "activations", wide)
         fwd_tmp = 2 * r * T_tok * h
+        if s.qlora:
+            # bitsandbytes dequantises each NF4 weight to a 16-bit temporary for its matmul: the largest
+            # (an MLP projection, h × i) is alive with the layer's working tensors
+            fwd_tmp += 2 * h * max(spec.intermediate_size, spec.moe_intermediate_size) // s.tp
         for j, idx in enumerate(layer_ids):
             if j in skip:
                 continue
