@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from trainmem.memory.activations import lora_shapes
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
+from trainmem.units import round_up_bytes
 
 __all__ = ["RankParams", "rank_params", "param_bytes_per_elem", "optimizer_state_bytes",
-           "optimizer_step_temp_bytes", "qlora_base_bytes", "lora_param_count", "stage_layers", "adafactor_state_elems"]
+           "optimizer_step_temp_bytes", "qlora_base_bytes", "lora_param_count", "stage_layers", "adafactor_state_bytes"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,37 +125,48 @@ def optimizer_state_bytes(setup: TrainingSetup, n_trainable: int, state_elem_byt
     if o == "adafactor":
         if spec is None:
             return 0
-        return state_elem_bytes * adafactor_state_elems(spec)
+        return adafactor_state_bytes(spec, state_elem_bytes)
     raise AssertionError(o)
 
 
-def adafactor_state_elems(spec: ModelSpec) -> int:
-    """torch.optim.Adafactor state elements (torch/optim/_adafactor.py ``_init_group``): a matrix (or
-    stacked experts ``(..., r, c)``) keeps row (``shape[:-1]``) and column (``shape[:-2] + shape[-1:]``)
-    second moments; a vector keeps a full one. Shapes follow the HF modules (q/k/v/o, gate/up/down or
-    fc/proj, embeddings); norms, biases and anything not a matrix are counted as vectors."""
+def adafactor_state_bytes(spec: ModelSpec, elem_bytes: int) -> int:
+    """torch.optim.Adafactor state (torch/optim/_adafactor.py ``_init_group``), one tensor per factor, each
+    rounded to the allocator's 512 B: a matrix (or stacked experts ``(..., r, c)``) keeps row
+    (``shape[:-1]``) and column (``shape[:-2] + shape[-1:]``) second moments; a vector keeps a full one.
+    Shapes follow the HF modules (q/k/v/o, gate/up/down or fc/proj, embeddings); a layer's remaining
+    parameters (norms, biases) are counted as vectors of width h."""
     h, a, kv, d, dv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
     pc = spec.params
-    total = spec.vocab_size + h  # embedding (V, h)
-    if pc.lm_head:
-        total += spec.vocab_size + h
-    for i, lp in enumerate(pc.layers):
-        mats = [(a * d, h), (kv * d, h), (kv * dv, h), (h, a * dv)]
+
+    def mat(r: int, c: int, stack: int = 1) -> int:
+        return round_up_bytes(elem_bytes * stack * r) + round_up_bytes(elem_bytes * stack * c)
+
+    total = mat(spec.vocab_size, h) + (mat(spec.vocab_size, h) if pc.lm_head else 0)
+    fused_qkv = spec.model_type in ("gpt2", "gpt_neox", "phi3", "falcon")
+    for lp in pc.layers:
+        if fused_qkv:  # one (q+k+v) projection
+            mats = [(a * d + kv * d + kv * dv, h), (h, a * dv)]
+        else:
+            mats = [(a * d, h), (kv * d, h), (kv * dv, h), (h, a * dv)]
         if lp.experts:
             E, mi = spec.num_experts, spec.moe_intermediate_size
-            total += E * (2 * mi + h) + E * (h + mi)  # gate_up (E, 2mi, h), down (E, h, mi)
-            total += spec.num_experts + h  # router (E, h)
+            total += mat(2 * mi, h, E) + mat(h, mi, E) + mat(E, h)  # gate_up, down, router
         if lp.shared_experts:
             si = spec.shared_expert_intermediate_size
             mats += [(si, h), (si, h), (h, si)]
         if lp.mlp:
             i_ = spec.intermediate_size
-            mats += [(i_, h), (i_, h), (h, i_)] if spec.mlp_gated else [(i_, h), (h, i_)]
+            if spec.model_type == "phi3":  # fused gate_up
+                mats += [(2 * i_, h), (h, i_)]
+            else:
+                mats += [(i_, h), (i_, h), (h, i_)] if spec.mlp_gated else [(i_, h), (h, i_)]
         mat_numel = sum(r * c for r, c in mats)
-        total += sum(r + c for r, c in mats)
-        vec = lp.total - lp.experts - lp.router - mat_numel
-        total += max(vec, 0)
-    total += pc.final_norm
+        total += sum(mat(r, c) for r, c in mats)
+        vec = max(lp.total - lp.experts - lp.router - mat_numel, 0)
+        n_vec, rem = divmod(vec, h)
+        total += n_vec * round_up_bytes(elem_bytes * h) + (round_up_bytes(elem_bytes * rem) if rem else 0)
+    if pc.final_norm:
+        total += round_up_bytes(elem_bytes * pc.final_norm)
     return total
 
 
