@@ -124,17 +124,14 @@ def _check_lang(lang: str) -> None:
         raise ConfigError(f"lang: {lang!r} is not one of {', '.join(LANGS)}")
 
 
-def _register_trace() -> None:
-    from trainmem.trace_cli import register
-    register(app)
+# `trainmem trace` lives beside the tracer's CLI glue; torch is imported only when a trace runs.
+from trainmem.trace_cli import register as _register_trace  # noqa: E402
+
+_register_trace(app)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr and exit code 2 for any bad input."""
-    try:
-        _register_trace()
-    except ImportError:  # pragma: no cover - trace_cli ships with the package
-        pass
     try:
         app(args=argv, standalone_mode=False)
     except TrainmemError as e:
