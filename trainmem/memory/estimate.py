@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from trainmem.errors import UnsupportedError
 from trainmem.hardware import GPU, get_gpu
-from trainmem.memory.activations import (compute_bytes, embedding_saved, head_saved, is_amp,
+from trainmem.memory.activations import (LayerSaved, compute_bytes, embedding_saved, head_saved, is_amp,
                                          layer_saved, model_wide_saved_bytes, residual_bytes,
                                          sdpa_math_fallback)
 from trainmem.memory.loss import loss_buffers
@@ -200,10 +200,6 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
     raise UnsupportedError(f"engine {e} is not modelled")
 
 
-def _saved_per_layer(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
-    return layer_saved(spec, s, idx).total_bytes
-
-
 def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -> tuple[Timeline, RankParams, _States, int]:
     rp = rank_params(spec, s, stage)
     st = _model_states(spec, s, rp, notes)
@@ -238,7 +234,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     amp_copy = amp and not fsdp
     # (routed experts run in their weights' dtype, fp32 under autocast: no copies for them)
     copies = [2 * max(mm - (spec.params.layers[i].experts // s.ep) // s.tp, 0) if amp_copy and not s.qlora else 0
-              for i, mm in zip(stage_layers(spec.num_layers, s.pp, stage), rp.layer_matmul)]
+              for i, mm in zip(layer_ids, rp.layer_matmul)]
     if s.qlora:
         # bitsandbytes dequantises each NF4 weight to 16 bits for the matmul and frees it after.
         notes.append("QLoRA: each NF4 weight is dequantised to a 16-bit temporary for its matmul")
@@ -249,20 +245,20 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     in_flight = min(s.pp - stage, m) if s.pp > 1 else 1
     vpp_factor = (s.pp - 1) / (s.pp * s.vpp) if (s.vpp > 1 and stage == 0) else 0.0
     loss = loss_buffers(spec, s)
-    # Layers of one kind (dense / MoE) save the same: compute each kind once.
-    kinds: dict[bool, tuple[int, tuple[int, int, int, int]]] = {}
+    # Layers of one kind (dense / MoE) save the same: derive everything from one layer_saved per kind.
+    kinds: dict[bool, LayerSaved] = {}
     for i in layer_ids:
         moe = i in spec.moe_layer_indices
         if moe not in kinds:
-            tot = _saved_per_layer(spec, s, i)
-            kinds[moe] = (tot, _layer_parts(spec, s, i, tot))
-    saved = [kinds[i in spec.moe_layer_indices][0] for i in layer_ids]
+            kinds[moe] = layer_saved(spec, s, i)
+    layer_kind = [kinds[i in spec.moe_layer_indices] for i in layer_ids]
+    saved = [ls.total_bytes for ls in layer_kind]
     act_per_layer = saved[0] if saved else 0
     wide = model_wide_saved_bytes(spec, s)
     ckpt_input = r * T_tok * h // (s.tp if s.sp else 1)
     recompute = s.recompute
     if recompute == "selective":
-        saved_eff = [_selective(spec, s, i) for i in layer_ids]
+        saved_eff = [_selective(s, ls) for ls in layer_kind]
     elif recompute == "full":
         saved_eff = [ckpt_input for _ in layer_ids]
     else:
@@ -270,12 +266,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     i_eff = max(spec.intermediate_size, spec.num_experts_per_tok * spec.moe_intermediate_size) // s.tp
     # Backward runs the MLP first: once down_proj's backward is done, its saved input (the product,
     # width i) and its 16-bit weight copy are released while the MLP's other gradients are being made.
-    parts = [kinds[idx in spec.moe_layer_indices][1] for idx in layer_ids]
+    parts = [_layer_parts(spec, s, ls) for ls in layer_kind]
     mlp_frac = [_mlp_param_fraction(spec, idx) for idx in layer_ids]
     layer_experts = [0 if s.is_lora else spec.params.layers[idx].experts // s.ep // s.tp for idx in layer_ids]
     copy_frac = [_mlp_copy_fraction(spec, idx) for idx in layer_ids]
-    norm_part = next((t.bytes for t in layer_saved(spec, s, layer_ids[0]).terms if t.name == "input_norm"), 0) \
-        if layer_ids else 0
+    norm_part = next((t.bytes for t in layer_kind[0].terms if t.name == "input_norm"), 0) if layer_ids else 0
     # Identical consecutive layers change memory by the same amount each, so within a run the peak is
     # at one of its ends: the two layers at each end of a run are simulated one by one and the middle
     # of the run as one block (same peak, a fraction of the work for 80-126-layer models).
@@ -677,11 +672,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
 _ATTN_EARLY = ("o_input", "probs_16bit", "v_repeated", "attn_dropout_out")
 
 
-def _layer_parts(spec: ModelSpec, s: TrainingSetup, idx: int, total: int) -> tuple[int, int, int, int]:
+def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int, int, int, int]:
     """A layer's saved bytes as (MLP output projection's input, rest of the MLP block, attention
     tensors released before the attention core's backward (o_proj input; eager: probabilities'
     16-bit copy and v), the rest of attention and norms)."""
-    ls = layer_saved(spec, s, idx)
+    total = ls.total_bytes
     mlp = sum(t.bytes for t in ls.terms if t.component in ("mlp", "experts", "router"))
     early = sum(t.bytes for t in ls.terms if t.name in _ATTN_EARLY)
     prod = 0
@@ -708,12 +703,11 @@ def _mlp_copy_fraction(spec: ModelSpec, idx: int) -> float:
     return mlp / (mlp + lp.attention) if (mlp + lp.attention) else 0.0
 
 
-def _selective(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
+def _selective(s: TrainingSetup, ls: LayerSaved) -> int:
     """Selective recomputation. Megatron (--recompute-granularity selective): the core attention
     (the s² softmax/dropout terms) is recomputed; with flash/sdpa nothing else changes.
     torch/fsdp2: torchtitan's op-level policy keeps matmul and attention outputs and recomputes the
     rest (norms, activations, products), modelled as dropping the norm copies and half the MLP terms."""
-    ls = layer_saved(spec, s, idx)
     out = 0
     for t in ls.terms:
         if t.name in ("softmax_fp32", "probs_16bit", "attn_dropout_mask", "attn_dropout_out", "softcap_tanh"):
