@@ -22,63 +22,51 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Per-GPU memory of one training step: estimate, trace, explain.")
 
 @app.command()
+@opt.with_setup_options
 def estimate(
-    model: opt.Model, seq_len: opt.SeqLen = None, micro_batch: opt.MicroBatch = None,
-    grad_accum: opt.GradAccum = None, precision: opt.Precision = None, optimizer: opt.OptimizerOpt = None,
-    recompute: opt.Recompute = None, attn: opt.Attn = None, engine: opt.Engine = None, gpus: opt.Gpus = None,
-    dp: opt.Dp = None, tp: opt.Tp = None, pp: opt.Pp = None, cp: opt.Cp = None, ep: opt.Ep = None,
-    vpp: opt.Vpp = None, sp: opt.Sp = False, zero: opt.Zero = None, offload: opt.Offload = None,
-    lora_rank: opt.LoraRank = None, lora_targets: opt.LoraTargets = None, qlora: opt.Qlora = False,
-    gpu: opt.Gpu = None, as_json: opt.Json = False,
+    model: opt.Model, as_json: opt.Json = False,
     explain: bool = typer.Option(False, "--explain", help="show the formula and source behind every line"),
     max_micro_batch: bool = typer.Option(False, "--max-micro-batch", help="largest micro-batch that fits on --gpu"),
-    lang: opt.Lang = "en",
+    lang: opt.Lang = "en", **setup: object,
 ) -> None:
     """Estimate the peak GPU memory of one training step on the most loaded rank."""
     from trainmem.api import build
     from trainmem.memory import estimate as run_estimate
 
-    spec, setup = build(model, **opt.setup_fields(locals()))
     _check_lang(lang)
+    spec, ts = build(model, **opt.setup_fields(setup))
     if max_micro_batch:
         from trainmem.memory.search import max_micro_batch as search
-        best, est = search(spec, setup)
+        best, est = search(spec, ts)
         if as_json:
-            print(json.dumps({"max_micro_batch": best, "gpu": setup.gpu,
+            print(json.dumps({"max_micro_batch": best, "gpu": ts.gpu,
                               "estimate": est.to_dict() if est else None}))
         else:
             from trainmem.report.table import print_max_micro_batch
-            print_max_micro_batch(best, est, setup, lang)
+            print_max_micro_batch(best, est, ts, lang)
         return
-    est = run_estimate(spec, setup)
+    est = run_estimate(spec, ts)
     if as_json:
         print(json.dumps(est.to_dict()))
         return
     from trainmem.report.table import print_estimate
-    print_estimate(spec, setup, est, lang)
+    print_estimate(spec, ts, est, lang)
     if explain:
         from trainmem.report.explain import print_explain
-        print_explain(spec, setup, est, lang)
+        print_explain(spec, ts, est, lang)
 
 
 @app.command("explain")
-def explain_cmd(
-    model: opt.Model, seq_len: opt.SeqLen = None, micro_batch: opt.MicroBatch = None,
-    grad_accum: opt.GradAccum = None, precision: opt.Precision = None, optimizer: opt.OptimizerOpt = None,
-    recompute: opt.Recompute = None, attn: opt.Attn = None, engine: opt.Engine = None, gpus: opt.Gpus = None,
-    dp: opt.Dp = None, tp: opt.Tp = None, pp: opt.Pp = None, cp: opt.Cp = None, ep: opt.Ep = None,
-    vpp: opt.Vpp = None, sp: opt.Sp = False, zero: opt.Zero = None, offload: opt.Offload = None,
-    lora_rank: opt.LoraRank = None, lora_targets: opt.LoraTargets = None, qlora: opt.Qlora = False,
-    gpu: opt.Gpu = None, lang: opt.Lang = "en",
-) -> None:
+@opt.with_setup_options
+def explain_cmd(model: opt.Model, lang: opt.Lang = "en", **setup: object) -> None:
     """Show every line's formula and source, and how the seed/ZeRO-paper/DeepSpeed accountings differ."""
     from trainmem.api import build
     from trainmem.memory import estimate as run_estimate
     from trainmem.report.explain import print_explain
 
     _check_lang(lang)
-    spec, setup = build(model, **opt.setup_fields(locals()))
-    print_explain(spec, setup, run_estimate(spec, setup), lang)
+    spec, ts = build(model, **opt.setup_fields(setup))
+    print_explain(spec, ts, run_estimate(spec, ts), lang)
 
 
 @app.command("models")

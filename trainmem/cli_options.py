@@ -1,59 +1,97 @@
 """The setup flags shared by ``estimate``, ``explain`` and ``trace`` (a contract: keep the names stable).
 
-Each is an ``Annotated`` type, so every command declares the very same option; :func:`setup_fields`
-turns a command's arguments into :func:`trainmem.setup.make_setup` fields (unset flags fall back to the
-defaults table).
+They are declared once, in :data:`SETUP_OPTIONS`; :func:`with_setup_options` adds them to a command's
+signature (typer reads ``__signature__``), so every command takes the very same options and a new flag is
+one line here. :func:`setup_fields` turns a command's arguments into :func:`trainmem.setup.make_setup`
+fields (unset flags fall back to the defaults table).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, Optional
 
 import typer
 
-__all__ = ["Model", "SeqLen", "MicroBatch", "GradAccum", "Precision", "OptimizerOpt", "Recompute", "Attn",
-           "Engine", "Gpus", "Dp", "Tp", "Pp", "Cp", "Ep", "Vpp", "Sp", "Zero", "Offload", "LoraRank",
-           "LoraTargets", "Qlora", "Gpu", "Json", "Lang", "SETUP_FIELDS", "setup_fields"]
+__all__ = ["Model", "Json", "Lang", "SETUP_OPTIONS", "SETUP_FIELDS", "setup_fields", "with_setup_options"]
 
 Model = Annotated[str, typer.Argument(help="catalog name (trainmem models), path to config.json, or a size like 7B")]
-SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="tokens per sequence [2048]")]
-MicroBatch = Annotated[Optional[int], typer.Option("--micro-batch", help="sequences per micro-batch per rank [1]")]
-GradAccum = Annotated[Optional[int], typer.Option("--grad-accum", help="micro-batches per optimizer step [1]")]
-Precision = Annotated[Optional[str], typer.Option(
-    "--precision", help="fp32|bf16|fp16|amp-bf16|amp-fp16|mixed-bf16|mixed-fp16")]
-OptimizerOpt = Annotated[Optional[str], typer.Option(
-    "--optimizer", help="adamw|adam|sgd|sgd-momentum|adamw-8bit|adafactor|lion")]
-Recompute = Annotated[Optional[str], typer.Option("--recompute", help="none|selective|full")]
-Attn = Annotated[Optional[str], typer.Option("--attn", help="sdpa|flash|eager")]
-Engine = Annotated[Optional[str], typer.Option("--engine", help="torch|fsdp2|deepspeed|megatron")]
-Gpus = Annotated[Optional[int], typer.Option("--gpus", help="world size [1]")]
-Dp = Annotated[Optional[int], typer.Option("--dp", help="data-parallel degree [gpus/(tp·pp·cp)]")]
-Tp = Annotated[Optional[int], typer.Option("--tp", help="tensor-parallel degree [1]")]
-Pp = Annotated[Optional[int], typer.Option("--pp", help="pipeline-parallel degree [1]")]
-Cp = Annotated[Optional[int], typer.Option("--cp", help="context-parallel degree [1]")]
-Ep = Annotated[Optional[int], typer.Option("--ep", help="expert-parallel degree [1]")]
-Vpp = Annotated[Optional[int], typer.Option("--vpp", help="virtual pipeline chunks per stage [1]")]
-Sp = Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism")]
-Zero = Annotated[Optional[int], typer.Option(
-    "--zero", help="0-3 (deepspeed), 2|3 (fsdp2), 1 = distributed optimizer (megatron)")]
-Offload = Annotated[Optional[str], typer.Option("--offload", help="none|optimizer|optimizer+params")]
-LoraRank = Annotated[Optional[int], typer.Option("--lora-rank", help="LoRA rank; 0 = full fine-tuning")]
-LoraTargets = Annotated[Optional[str], typer.Option("--lora-targets", help="comma list, or all-linear")]
-Qlora = Annotated[bool, typer.Option("--qlora", help="NF4 base weights (needs --lora-rank)")]
-Gpu = Annotated[Optional[str], typer.Option("--gpu", help="GPU name [H100-SXM-80G] (trainmem gpus)")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 Lang = Annotated[str, typer.Option("--lang", help="en|zh")]
 
+_I, _S, _B = Optional[int], Optional[str], bool
+
+#: (field, type, flag, help): the TrainingSetup fields a command line sets.
+SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
+    ("seq_len", _I, "--seq-len", "tokens per sequence [2048, or the model's context if shorter]"),
+    ("micro_batch", _I, "--micro-batch", "sequences per micro-batch per rank [1]"),
+    ("grad_accum", _I, "--grad-accum", "micro-batches per optimizer step [1]"),
+    ("precision", _S, "--precision", "fp32|bf16|fp16|amp-bf16|amp-fp16|mixed-bf16|mixed-fp16"),
+    ("optimizer", _S, "--optimizer", "adamw|adam|sgd|sgd-momentum|adamw-8bit|adafactor|lion"),
+    ("recompute", _S, "--recompute", "none|selective|full"),
+    ("attn", _S, "--attn", "sdpa|flash|eager"),
+    ("loop", _S, "--loop", "trainer (HF Trainer/TRL/torchtitan/Megatron: output dropped before backward) | "
+                           "script (outputs kept through backward) [trainer]"),
+    ("loss", _S, "--loss", "hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) [hf]"),
+    ("loss_chunks", _I, "--loss-chunks", "chunks of the chunked loss [8, torchtune's default]"),
+    ("engine", _S, "--engine", "torch|fsdp2|deepspeed|megatron"),
+    ("gpus", _I, "--gpus", "world size [1]"),
+    ("dp", _I, "--dp", "data-parallel degree [gpus/(tp·pp·cp)]"),
+    ("tp", _I, "--tp", "tensor-parallel degree [1]"),
+    ("pp", _I, "--pp", "pipeline-parallel degree [1]"),
+    ("cp", _I, "--cp", "context-parallel degree [1]"),
+    ("ep", _I, "--ep", "expert-parallel degree [1]"),
+    ("vpp", _I, "--vpp", "virtual pipeline chunks per stage [1]"),
+    ("sp", _B, "--sp", "sequence parallelism (megatron; on by default for fsdp2 with --tp)"),
+    ("no_sp", _B, "--no-sp", "fsdp2 with --tp: tensor parallelism without SequenceParallel"),
+    ("no_loss_parallel", _B, "--no-loss-parallel", "fsdp2 with --tp: full logits on every rank"),
+    ("zero", _I, "--zero", "0-3 (deepspeed), 2|3 (fsdp2), 1 = distributed optimizer (megatron)"),
+    ("offload", _S, "--offload", "none|optimizer|optimizer+params"),
+    ("lora_rank", _I, "--lora-rank", "LoRA rank; 0 = full fine-tuning"),
+    ("lora_targets", _S, "--lora-targets", "comma list of module names (PEFT's), or all-linear"),
+    ("qlora", _B, "--qlora", "NF4 base weights (needs --lora-rank)"),
+    ("gpu", _S, "--gpu", "GPU name [H100-SXM-80G] (trainmem gpus)"),
+    ("gpu_memory", _S, "--gpu-memory", "memory of the GPU, e.g. 96GiB or 94GB (overrides the catalog's)"),
+)
+
 #: The command arguments that are TrainingSetup fields.
-SETUP_FIELDS = ("seq_len", "micro_batch", "grad_accum", "precision", "optimizer", "recompute", "attn", "engine",
-                "gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "sp", "zero", "offload", "lora_rank", "lora_targets",
-                "qlora", "gpu")
+SETUP_FIELDS = tuple(o[0] for o in SETUP_OPTIONS)
+_BOOL_FIELDS = tuple(o[0] for o in SETUP_OPTIONS if o[1] is bool)
+
+
+def _setup_parameters() -> list[inspect.Parameter]:
+    out = []
+    for name, typ, flag, help_ in SETUP_OPTIONS:
+        default = False if typ is bool else None
+        ann = Annotated[typ, typer.Option(flag, help=help_, show_default=False)]
+        out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann))
+    return out
+
+
+def with_setup_options(func: Callable[..., None]) -> Callable[..., None]:
+    """Give a typer command every setup flag. ``func`` takes its own parameters plus ``**setup``; the
+    setup flags arrive in ``setup`` (pass them through :func:`setup_fields`)."""
+    sig = inspect.signature(func, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    positional = [p for p in own if p.default is inspect.Parameter.empty]
+    rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.default is not inspect.Parameter.empty]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        return func(*args, **kwargs)
+
+    params = positional + _setup_parameters() + rest
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
 
 
 def setup_fields(args: dict) -> dict:
     """The setup fields of a command's arguments; unset boolean flags are left to the defaults."""
     out = {k: args[k] for k in SETUP_FIELDS if k in args}
-    for flag in ("sp", "qlora"):
+    for flag in _BOOL_FIELDS:
         if flag in out and not out[flag]:
             out[flag] = None
     return out

@@ -13,16 +13,24 @@ micro_batch        1               sequences per micro-batch per data-parallel r
 grad_accum         1               micro-batches per optimizer step
 recompute          none            none | selective | full
 attn               sdpa            sdpa | flash | eager
+loop               trainer         trainer: the model output is dropped before backward (HF Trainer, TRL,
+                                   torchtitan, Megatron); script: ``outputs`` is kept through backward
+loss               hf              hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger)
+loss_chunks        8 (chunked)     chunks of the chunked / fused-linear loss
 gpus               1               world size
 dp                 gpus/(tp·pp·cp) data-parallel degree
 tp, pp, cp, ep     1               tensor / pipeline / context / expert parallel degree
 vpp                1               virtual pipeline chunks per stage (interleaved 1F1B)
-sp                 False           Megatron sequence parallelism (needs tp > 1)
+sp                 engine default  sequence parallelism: megatron off unless --sp; fsdp2 with tp > 1 on
+                                   (torchtitan's SequenceParallel) unless --no-sp
+loss_parallel      engine default  vocab-sharded logits with tp > 1: megatron always, fsdp2 unless
+                                   --no-loss-parallel (torchtitan's loss_parallel)
 zero               engine default  torch 0, fsdp2 3, deepspeed 0, megatron 0
 offload            none            none | optimizer | optimizer+params
 lora_rank          0               0 = full fine-tuning
 qlora              False           NF4 base weights (needs lora_rank > 0)
 gpu                H100-SXM-80G    a name from the hardware catalog
+gpu_memory         catalog's       bytes of memory of the GPU (overrides the catalog)
 =================  ==============  ==========================================================
 """
 
@@ -38,7 +46,7 @@ if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
 
 __all__ = ["TrainingSetup", "make_setup", "validate_for_model", "Engine", "Precision", "Optimizer",
-           "Recompute", "Attn", "Offload", "RECIPES", "DEFAULT_LORA_TARGETS"]
+           "Recompute", "Attn", "Offload", "Loop", "Loss", "RECIPES", "DEFAULT_LORA_TARGETS"]
 
 Engine = Literal["torch", "fsdp2", "deepspeed", "megatron"]
 Precision = Literal["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16"]
@@ -46,6 +54,8 @@ Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adamw-8bit", "adafa
 Recompute = Literal["none", "selective", "full"]
 Attn = Literal["sdpa", "flash", "eager"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
+Loop = Literal["trainer", "script"]
+Loss = Literal["hf", "chunked", "fused-linear"]
 
 #: Precision recipes each engine really has.
 RECIPES: dict[str, tuple[str, ...]] = {
@@ -75,6 +85,9 @@ class TrainingSetup(BaseModel):
     grad_accum: int = Field(1, ge=1)
     recompute: Recompute = "none"
     attn: Attn = "sdpa"
+    loop: Loop = "trainer"
+    loss: Loss = "hf"
+    loss_chunks: int | None = Field(None, ge=1, le=65536)
     gpus: int = Field(1, ge=1)
     dp: int | None = Field(None, ge=1)
     tp: int = Field(1, ge=1)
@@ -82,13 +95,17 @@ class TrainingSetup(BaseModel):
     cp: int = Field(1, ge=1)
     ep: int = Field(1, ge=1)
     vpp: int = Field(1, ge=1)
-    sp: bool = False
+    sp: bool | None = None
+    no_sp: bool = False
+    loss_parallel: bool | None = None
+    no_loss_parallel: bool = False
     zero: int | None = Field(None, ge=0, le=3)
     offload: Offload = "none"
     lora_rank: int = Field(0, ge=0)
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     qlora: bool = False
     gpu: str = "H100-SXM-80G"
+    gpu_memory: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> "TrainingSetup":
@@ -98,6 +115,11 @@ class TrainingSetup(BaseModel):
             object.__setattr__(self, "precision", "amp-bf16" if e in ("torch", "fsdp2") else "mixed-bf16")
         if self.zero is None:
             object.__setattr__(self, "zero", _ZERO_DEFAULT[e])
+        self._resolve_parallel_defaults()
+        if self.loss_chunks is None and self.loss == "chunked":
+            object.__setattr__(self, "loss_chunks", 8)
+        if self.loss_chunks is not None and self.loss == "hf":
+            raise ValueError("--loss-chunks needs --loss chunked or fused-linear")
         if self.dp is None:
             denom = self.tp * self.pp * self.cp
             if self.gpus % denom:
@@ -114,8 +136,8 @@ class TrainingSetup(BaseModel):
             raise ValueError("the torch engine is data parallel only (DDP); tp/pp/cp/ep need --engine megatron or fsdp2")
         if e == "deepspeed" and (self.tp, self.pp, self.cp) != (1, 1, 1):
             raise ValueError("tp/pp/cp are not modelled for the deepspeed engine; use --engine megatron for 3D parallelism")
-        if self.sp and e != "megatron":
-            raise ValueError("--sp (sequence parallelism) is a megatron option")
+        if self.sp and e not in ("megatron", "fsdp2"):
+            raise ValueError("--sp (sequence parallelism) is a megatron or fsdp2 (with --tp) option")
         if self.sp and self.tp == 1:
             raise ValueError("--sp needs tp > 1 (sequence parallelism splits the tp group's activations)")
         if self.vpp > 1 and self.pp == 1:
@@ -151,6 +173,24 @@ class TrainingSetup(BaseModel):
             raise ValueError("lora_targets is empty")
         return self
 
+    def _resolve_parallel_defaults(self) -> None:
+        """Sequence and loss parallelism as each engine runs them with tp > 1: torchtitan's TP plan always
+        applies SequenceParallel to the norms and loss_parallel to the output projection
+        (torchtitan/models/llama3/infra/parallelize.py ``apply_tp``); Megatron's sequence parallelism is
+        opt-in (``--sequence-parallel``) and its cross-entropy is always vocab-parallel
+        (megatron/core/tensor_parallel/cross_entropy.py)."""
+        e = self.engine
+        if self.no_sp and (e != "fsdp2" or self.sp):
+            raise ValueError("--no-sp turns off fsdp2's SequenceParallel; "
+                             + ("it contradicts --sp" if self.sp else "other engines have sp off unless --sp"))
+        if self.no_loss_parallel and e != "fsdp2":
+            raise ValueError("--no-loss-parallel is an fsdp2 option (megatron's cross-entropy is always vocab-parallel)")
+        if self.sp is None:
+            object.__setattr__(self, "sp", e == "fsdp2" and self.tp > 1 and not self.no_sp)
+        if self.loss_parallel is None:
+            lp = self.tp > 1 and (e == "megatron" or (e == "fsdp2" and not self.no_loss_parallel))
+            object.__setattr__(self, "loss_parallel", lp)
+
     # -- derived quantities -------------------------------------------------------------------
     @property
     def tokens_per_micro_batch(self) -> int:
@@ -183,6 +223,12 @@ def make_setup(**fields: object) -> TrainingSetup:
     ``None`` values are dropped so that CLI flags left unset fall back to the defaults.
     """
     clean = {k: v for k, v in fields.items() if v is not None}
+    if isinstance(clean.get("gpu_memory"), str):
+        from trainmem.units import parse_size_bytes
+        try:
+            clean["gpu_memory"] = parse_size_bytes(str(clean["gpu_memory"]))
+        except ValueError as err:
+            raise ConfigError(f"gpu-memory: {err}") from None
     if isinstance(clean.get("lora_targets"), str):
         clean["lora_targets"] = tuple(t.strip() for t in str(clean["lora_targets"]).split(",") if t.strip())
     try:

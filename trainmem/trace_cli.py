@@ -16,17 +16,12 @@ __all__ = ["register"]
 
 def register(app: typer.Typer) -> None:
     @app.command("trace")
+    @opt.with_setup_options
     def trace_cmd(
-        model: opt.Model, seq_len: opt.SeqLen = None, micro_batch: opt.MicroBatch = None,
-        grad_accum: opt.GradAccum = None, precision: opt.Precision = None, optimizer: opt.OptimizerOpt = None,
-        recompute: opt.Recompute = None, attn: opt.Attn = None, engine: opt.Engine = None, gpus: opt.Gpus = None,
-        dp: opt.Dp = None, tp: opt.Tp = None, pp: opt.Pp = None, cp: opt.Cp = None, ep: opt.Ep = None,
-        vpp: opt.Vpp = None, sp: opt.Sp = False, zero: opt.Zero = None, offload: opt.Offload = None,
-        lora_rank: opt.LoraRank = None, lora_targets: opt.LoraTargets = None, qlora: opt.Qlora = False,
-        gpu: opt.Gpu = None, as_json: opt.Json = False,
+        model: opt.Model, as_json: opt.Json = False,
         compare: bool = typer.Option(False, "--compare", help="estimate and trace side by side, per category"),
         device: str = typer.Option("fake", "--device", help="fake (CPU, fake tensors) | cuda (a real step)"),
-        lang: opt.Lang = "en",
+        lang: opt.Lang = "en", **setup_args: object,
     ) -> None:
         """Trace one steady training step of the real transformers model (no GPU needed)."""
         from trainmem.api import build
@@ -34,7 +29,7 @@ def register(app: typer.Typer) -> None:
 
         if device not in ("fake", "cuda"):
             raise ConfigError(f"device: {device!r} is not one of fake, cuda")
-        spec, setup = build(model, **opt.setup_fields(locals()))
+        spec, setup = build(model, **opt.setup_fields(setup_args))
         if device == "cuda":
             from trainmem.trace.cuda import cuda_step
 

@@ -6,7 +6,7 @@ GiB = 1024**3 bytes (what ``torch.cuda`` and nvidia-smi report as "GB"), GB = 10
 
 from __future__ import annotations
 
-__all__ = ["KiB", "MiB", "GiB", "GB", "MB", "round_up_bytes", "gib", "gb", "fmt_gib", "fmt_bytes"]
+__all__ = ["KiB", "MiB", "GiB", "GB", "MB", "round_up_bytes", "gib", "gb", "fmt_gib", "fmt_bytes", "parse_size_bytes"]
 
 KiB = 1024
 MiB = 1024**2
@@ -49,3 +49,23 @@ def fmt_bytes(n_bytes: int) -> str:
     if n >= KiB:
         return f"{n_bytes / KiB:.1f} KiB"
     return f"{n_bytes} B"
+
+
+_SIZE_UNITS = {"b": 1, "kib": KiB, "mib": MiB, "gib": GiB, "tib": 1024**4,
+               "kb": 10**3, "mb": MB, "gb": GB, "tb": 10**12, "k": KiB, "m": MiB, "g": GiB, "t": 1024**4}
+
+
+def parse_size_bytes(text: str) -> int:
+    """``'96GiB'`` → bytes, ``'94GB'`` → 94·10⁹, ``'80G'`` → GiB (as nvidia-smi and torch mean it).
+
+    Raises ``ValueError`` naming the accepted units."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text[:64])
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _SIZE_UNITS:
+        raise ValueError(f"{text[:64]!r} is not a memory size; write e.g. 96GiB, 94GB or 80G (G = GiB)")
+    n = int(float(m.group(1)) * _SIZE_UNITS[unit])
+    if n <= 0:
+        raise ValueError(f"{text[:64]!r} is not a positive memory size")
+    return n

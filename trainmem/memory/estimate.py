@@ -726,6 +726,9 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
     """Peak memory of one steady-state optimizer step on the most loaded rank."""
     validate_for_model(setup, spec)
     gpu: GPU = get_gpu(setup.gpu)
+    if setup.gpu_memory:
+        import dataclasses
+        gpu = dataclasses.replace(gpu, memory_bytes=setup.gpu_memory)
     if setup.precision in ("bf16", "amp-bf16", "mixed-bf16") and not gpu.bf16:
         from trainmem.errors import ConfigError
         raise ConfigError(f"gpu {gpu.name} has no bfloat16 support; use fp16 recipes (amp-fp16, mixed-fp16) or fp32")
