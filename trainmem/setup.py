@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainmem.errors import ConfigError
 
@@ -106,6 +106,15 @@ class TrainingSetup(BaseModel):
     qlora: bool = False
     gpu: str = "H100-SXM-80G"
     gpu_memory: int | None = Field(None, ge=1)
+    notes: tuple[str, ...] = Field((), exclude=True)
+    """How defaults were chosen for the model (filled by :func:`trainmem.api.build`); listed in the assumptions."""
+
+    @field_validator("gpu")
+    @classmethod
+    def _canonical_gpu(cls, name: str) -> str:
+        """Any alias the GPU catalog knows (``a100-80gb``, ``NVIDIA H100 80GB HBM3``) → its canonical name."""
+        from trainmem.hardware import get_gpu
+        return get_gpu(name).name
 
     @model_validator(mode="after")
     def _check(self) -> "TrainingSetup":
@@ -163,6 +172,8 @@ class TrainingSetup(BaseModel):
                 raise ValueError("megatron offloads the optimizer only (--optimizer-cpu-offload), with the distributed optimizer (--zero 1)")
             if self.optimizer == "adamw-8bit":
                 raise ValueError("adamw-8bit (bitsandbytes) cannot be offloaded")
+        if self.loop == "script" and e == "megatron":
+            raise ValueError("--loop script: Megatron's schedule returns the loss, never the logits; use --loop trainer")
         if self.qlora and self.lora_rank == 0:
             raise ValueError("--qlora needs --lora-rank > 0")
         if self.lora_rank and e == "megatron":
@@ -223,6 +234,9 @@ def make_setup(**fields: object) -> TrainingSetup:
     ``None`` values are dropped so that CLI flags left unset fall back to the defaults.
     """
     clean = {k: v for k, v in fields.items() if v is not None}
+    if isinstance(clean.get("gpu"), str):  # here too, so that an unknown name is get_gpu's own line
+        from trainmem.hardware import get_gpu
+        clean["gpu"] = get_gpu(str(clean["gpu"])).name
     if isinstance(clean.get("gpu_memory"), str):
         from trainmem.units import parse_size_bytes
         try:
@@ -259,3 +273,6 @@ def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
         raise ConfigError("encoder models (bert/roberta) are not modelled for the megatron engine")
     if setup.seq_len > spec.max_position_embeddings and spec.position == "learned":
         raise ConfigError(f"seq_len({setup.seq_len}) > max_position_embeddings({spec.max_position_embeddings}) of a model with learned positions")
+    if setup.is_lora:  # PEFT's module names for this family, all-linear, rank <= min(in, out)
+        from trainmem.model.lora_targets import check_lora_targets
+        check_lora_targets(spec, setup.lora_targets, setup.lora_rank)

@@ -472,6 +472,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
             tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
             tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes)
+            if s.loop == "trainer":
+                # HF Trainer's compute_loss returns the loss only (torchtitan: ``del pred``; Megatron returns
+                # the loss): the model output dies here; the loss graph keeps no reference to the logits
+                # (``logits.float()`` saves nothing, log_softmax saves its output).
+                tl.free(f"logits{mb}")
         if recompute == "full":
             # Checkpointed layers save no weights: their 16-bit copies were held only by autocast's
             # cast cache, which is cleared when the autocast region (forward + loss) ends.
@@ -556,7 +561,6 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 # and the embedding's own backward adds to it at the very end
                 grad_alloc("g_emb", emb_train, mb)
             tl.free(f"glogits{mb}")
-            tl.free(f"logits{mb}")
             tl.free(f"head{mb}")
             tl.free(f"hcopy{mb}")
         tl.alloc(f"gstream{mb}", "temporaries", r * T_tok * h // (s.tp if s.sp else 1))
@@ -604,18 +608,19 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.free(f"act{mb}.{idx}")
             tl.free(f"recomp{mb}.{idx}")
             tl.free(f"wcopy{mb}.{idx}")
-            if recompute != "none" and j > 0 and (j - 1) not in skip and (j - 1) not in bulk_of:
-                # non-reentrant checkpointing recomputes the layer below as soon as autograd reaches
-                # its output, while this layer's input-norm backward is still running (traced)
-                recompute_layer(mb, j - 1)
             # the input norm's backward, its own saved tensors still alive
             tl.spike(f"normbwd{mb}.{idx}", "temporaries", norm_bwd)
             tl.free(f"act{mb}.{idx}.n")
+            if recompute != "none" and j > 0 and (j - 1) not in skip and (j - 1) not in bulk_of:
+                # non-reentrant checkpointing recomputes the layer below once autograd reaches a node
+                # of it that unpacks a saved tensor
+                recompute_layer(mb, j - 1)
             if fsdp:
                 fsdp_reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], layer_train[j], layer_experts[j])
             if fsdp or zero3:
                 tl.free(f"unit{idx}")
         tl.free(f"gstream{mb}")
+        tl.free(f"logits{mb}")  # loop "script": ``outputs`` goes out of scope after backward()
         if first:
             grad_alloc("g_emb", emb_train, mb)
             tl.free(f"emb{mb}")
@@ -771,18 +776,28 @@ def _n_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
     if not setup.is_lora:
         return spec.n_params
     from trainmem.memory.states import lora_param_count
-    return lora_param_count(spec, setup) * spec.num_layers
+    return lora_param_count(spec, setup)
+
+
+_LOOP_NOTE = {
+    "trainer": "loop trainer: loss = compute_loss(model, batch) returns the loss only, so the model output (logits) "
+               "is freed before (loss / grad_accum).backward(), as in HF Trainer/TRL, torchtitan and Megatron; "
+               "optimizer.step(); optimizer.zero_grad(set_to_none=True)",
+    "script": "loop script: outputs = model(input_ids, labels=labels); (outputs.loss / grad_accum).backward(): the "
+              "model output (logits) stays alive through backward and is dropped after it; optimizer.step(); "
+              "optimizer.zero_grad(set_to_none=True)",
+}
 
 
 def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
     out = [
         "steady state: an optimizer step after the first (optimizer states exist), all micro-batches included",
-        "loop: outputs = model(input_ids, labels=labels); (outputs.loss / grad_accum).backward(); the model output "
-        "(logits) is dropped after backward; optimizer.step(); optimizer.zero_grad(set_to_none=True)",
+        _LOOP_NOTE[s.loop],
         "sizes rounded up to 512 B per allocation (CUDA caching allocator)",
     ]
     if s.engine in ("torch", "fsdp2"):
         out.append(f"optimizer torch.optim {s.optimizer} with foreach=True (the CUDA default), weight decay 0.01")
+    out.extend(s.notes)
     if spec.approximate_shape:
         out.append(f"{spec.name}: " + spec.source)
     if s.attn == "flash":

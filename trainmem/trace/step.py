@@ -3,9 +3,9 @@ tensors, and record every device allocation and free of the steady step.
 
 The loop is the recipe's own (per micro-batch: forward with labels under autocast → loss /
 grad_accum → backward; then ``optimizer.step()`` and ``zero_grad(set_to_none=True)``), with the
-batch moved to the device per micro-batch; the model output (and so the logits) is held through
-``backward()`` and dropped after it, as in the common loop ``out = model(**batch); out.loss.backward()``
-(accelerate's examples, most hand-written loops; the HF Trainer drops the logits before backward). CUDA behaviour that the CPU does not have is emulated
+batch moved to the device per micro-batch. ``setup.loop``: "trainer" drops the model output (and so
+the logits) before ``backward()``, as HF Trainer's ``compute_loss`` does; "script" holds it through
+``backward()`` and drops it after, as ``out = model(**batch); out.loss.backward()`` does. CUDA behaviour that the CPU does not have is emulated
 (``autocast.py``, ``sdpa.py``, ``moe.py``, foreach optimizers in ``optim.py``).
 """
 
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from trainmem.trace.allocator import simulate_lives
 from trainmem.trace.classify import Roles, breakdown_at, category_peaks
 from trainmem.trace.optim import build_optimizer, host_state_tensors
 from trainmem.trace.result import CATEGORIES, TraceResult
@@ -58,6 +59,9 @@ def _build_model(spec: "ModelSpec", setup: "TrainingSetup") -> nn.Module:
     config.use_cache = False
     cls = getattr(transformers, spec.architecture)
     dtype = _MODEL_DTYPE[setup.precision]
+    if setup.is_lora:  # LoRA: the frozen base is loaded in 16 bits for autocast recipes too (trace/lora.py)
+        from trainmem.trace.lora import lora_base_dtype
+        dtype = lora_base_dtype(setup)
     model = cls._from_config(config, attn_implementation=setup.attn, dtype=dtype)
     model.train()
     if setup.recompute == "full":
@@ -67,6 +71,9 @@ def _build_model(spec: "ModelSpec", setup: "TrainingSetup") -> nn.Module:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:  # pragma: no cover - older transformers
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if setup.is_lora:
+        from trainmem.trace.lora import apply_lora
+        model = apply_lora(model, spec, setup)
     return model
 
 
@@ -190,7 +197,8 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
             progress(done, total, label)
 
     fsdp = setup.engine == "fsdp2"
-    emulations: list[str] = ["allocator: every block rounded up to 512 B (CUDACachingAllocator kMinBlockSize)"]
+    emulations: list[str] = ["allocator: every block rounded up to 512 B (CUDACachingAllocator kMinBlockSize); "
+                             "reserved memory from a replay of the caching allocator (trace/allocator.py)"]
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
         mesh = stack.enter_context(fake_world(setup.gpus)) if fsdp else None
@@ -251,6 +259,9 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
                 with ctx:
                     outputs = model(input_ids=ids, labels=labels, use_cache=False)
                 loss = outputs.loss
+                if setup.loop == "trainer":
+                    del outputs  # HF Trainer's compute_loss returns the loss only
+                    outputs = None
                 if ga > 1:
                     loss = loss / ga
                 tick(f"{name}: forward {i + 1}/{ga}")
@@ -270,6 +281,9 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
             opt.zero_grad(set_to_none=True)
             tick(f"{name}: optimizer step")
 
+        # The allocator replay starts here (the model as built, see allocator.py); for FSDP2 at the steady
+        # step: DTensor's first (uncached) sharding propagation makes global-shape fake tensors in warm-up.
+        origin = tracker.event
         one_step("warm-up")
         for t in host_state_tensors(opt):
             tracker.forget_tensor(t)
@@ -297,6 +311,7 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
         lives = tracker.lives
         breakdown, amp_bytes = breakdown_at(lives, roles, tracker.peak_event)
         cat_peaks = category_peaks(lives, roles, start, end)
+        alloc_stats, alloc_exp = simulate_lives(lives, start, start if fsdp else origin)
         _debug_dump(lives, roles, tracker.peak_event, tracker.phase_peak_event)
         if sum(breakdown.values()) != tracker.peak:
             raise RuntimeError(f"trace accounting error: breakdown {sum(breakdown.values())} != peak {tracker.peak}")
@@ -321,6 +336,8 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
         if static_after != static:
             notes.append(f"static memory changed over the step: {static} -> {static_after} bytes")
         notes.append("host-side scalar tensors made during the step (< 1 KiB each) are counted as device memory")
+        notes.append("reserved: the allocation stream replayed through the caching allocator's rules (one stream, "
+                     "no memory pressure), from the " + ("steady step" if fsdp else "warm-up step") + " on")
 
         return TraceResult(
             peak_allocated_bytes=tracker.peak,
@@ -333,6 +350,11 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
             static_bytes_after=static_after,
             amp_weight_copies_at_peak_bytes=amp_bytes,
             phase_peak_bytes=dict(tracker.phase_peak),
+            peak_reserved_bytes=alloc_stats.peak_reserved_bytes,
+            peak_reserved_expandable_bytes=alloc_exp.peak_reserved_bytes,
+            allocator_peak_allocated_bytes=alloc_stats.peak_allocated_bytes,
+            reserved_segments=alloc_stats.n_segments,
+            fragmentation_at_peak=round(alloc_stats.fragmentation_at_peak, 4),
             n_params=n_params,
             n_trainable_params=n_trainable,
             emulations=emulations,
