@@ -123,7 +123,9 @@ class TrainingSetup(BaseModel):
         if self.precision is None:
             object.__setattr__(self, "precision", "amp-bf16" if e in ("torch", "fsdp2") else "mixed-bf16")
         if self.zero is None:
-            object.__setattr__(self, "zero", _ZERO_DEFAULT[e])
+            # torchtitan sets reshard_after_forward=False under pipeline parallelism (ZeRO-2 style)
+            # (torchtitan/models/llama3/infra/parallelize.py apply_fsdp: ``not pp_enabled``)
+            object.__setattr__(self, "zero", 2 if (e == "fsdp2" and self.pp > 1) else _ZERO_DEFAULT[e])
         self._resolve_parallel_defaults()
         if self.loss_chunks is None and self.loss == "chunked":
             object.__setattr__(self, "loss_chunks", 8)
@@ -211,6 +213,19 @@ class TrainingSetup(BaseModel):
     def global_batch(self) -> int:
         """Sequences per optimizer step over the whole job."""
         return self.micro_batch * self.grad_accum * self.dp
+
+    @property
+    def fsdp_applied(self) -> bool:
+        """fsdp2 shards with ``fully_shard``, except tensor parallelism alone (dp = cp = 1): torchtitan
+        applies FSDP only when ``dp_shard > 1 or cp > 1`` (torchtitan v0.2.2
+        torchtitan/distributed/parallel_dims.py ``fsdp_enabled``); TP-only ranks hold plain DTensor shards."""
+        return self.engine == "fsdp2" and (self.tp == 1 or self.dp > 1 or self.cp > 1)
+
+    @property
+    def fsdp_shard_degree(self) -> int:
+        """Ranks a fully_shard parameter is split over: torchtitan shards FSDP over the combined
+        data-parallel × context-parallel mesh (``dp_shard_cp``)."""
+        return self.dp * self.cp
 
     @property
     def is_lora(self) -> bool:

@@ -18,7 +18,7 @@ from trainmem.memory.activations import (LayerSaved, compute_bytes, embedding_sa
 from trainmem.memory.loss import loss_buffers
 from trainmem.memory.overhead import cuda_only_allocated_bytes, device_total_bytes, reserved_bytes
 from trainmem.memory.states import (RankParams, stage_layers, optimizer_state_bytes, optimizer_step_temp_bytes,
-                                    param_bytes_per_elem, qlora_base_bytes, rank_params)
+                                    param_bytes_per_elem, qlora_base_bytes, rank_params, lora_param_count)
 from trainmem.memory.timeline import CATEGORIES, Timeline
 from trainmem.units import round_up_bytes as _r
 from trainmem.model.spec import ModelSpec
@@ -33,6 +33,7 @@ _BULK = True
 DS_REDUCE_BUCKET = 500_000_000
 DS_PREFETCH_BUCKET = 50_000_000
 DS_PARAM_PERSISTENCE = 100_000
+DS_MAX_REUSE_DISTANCE = 1_000_000_000  # stage3_max_reuse_distance (zero/config.py:244, v0.19.5)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,12 +127,17 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
         else:
             base = frozen * (4 if s.precision == "fp32" else 2)
         notes.append("LoRA: adapters fp32 (PEFT default), base frozen; only adapters have gradients and optimizer state")
-        notes.append("LoRA activations are counted as in full fine-tuning plus the adapters' inputs: an upper "
-                     "bound (a frozen linear need not keep its input); LoRA steps are not traced yet")
+        notes.append("LoRA (PEFT, lora_dropout 0, bias none): the frozen base is 16-bit (amp recipes: autocast over "
+                     "it); frozen linears keep no input, frozen norms no normalised copy; each adapter keeps its "
+                     "(cast) input and rank activation; gradient checkpointing with enable_input_require_grads, "
+                     "else nothing is saved before layer 0's first adapter")
     else:
         train_elem = pb
         base = 0
-    if e == "torch":
+    if e == "torch" or (e == "fsdp2" and not s.fsdp_applied):
+        if e == "fsdp2":
+            notes.append("fsdp2 with tensor parallelism only (dp = cp = 1): no fully_shard, as torchtitan runs it; "
+                         "each rank holds its TP shard of parameters, gradients and optimizer states")
         st.params = base + T * train_elem
         st.grad_elem = train_elem
         st.states = optimizer_state_bytes(s, T, train_elem, spec)
@@ -146,6 +152,7 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
         off = s.offload == "optimizer+params"
         st.unsharded_elem = 4 if s.precision == "fp32" else 2
         experts = 0 if s.is_lora else spec.params.expert_total // s.ep // s.tp
+        dp = s.fsdp_shard_degree
         T_local = fsdp_shard_elems(T, experts, spec.num_experts // s.ep, dp)
         shard_param = base // dp + T_local * train_elem
         st.grad_elem = train_elem
@@ -159,16 +166,24 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
         st.step_temp = optimizer_step_temp_bytes(s, T_local, train_elem, train_elem)
         return st
     if e == "deepspeed":
+        # MoE: expert parameters are partitioned over the expert-data-parallel group (dp / ep), dense ones
+        # over dp (deepspeed/utils/groups.py _create_expert_and_data_parallel; stage_1_and_2.py
+        # partitions each param group over its own ``dp_process_group``)
+        T_sh = _zero_shard_elems(rp.trainable, _local_experts(spec, s, rp), dp if z >= 1 else 1, s.ep)
         if s.precision == "fp32":
             st.params, st.grad_elem = 4 * rp.total, 4
-            st.states = optimizer_state_bytes(s, T // (dp if z >= 1 else 1), 4, spec)
+            st.states = optimizer_state_bytes(s, T_sh, 4, spec)
             return st
-        shard = dp if z >= 1 else 1
-        st.params = 2 * rp.total // (dp if z == 3 else 1)
-        st.master = 4 * T // shard
-        st.states = optimizer_state_bytes(s, T // shard, 4, spec)
+        # (LoRA: the frozen base as stored, NF4 with --qlora; the engine casts adapters to 16 bits)
+        p16 = base + 2 * T if lora else 2 * rp.total
+        st.params = _zero_shard_elems(p16, 2 * _local_experts(spec, s, rp), dp, s.ep) if z == 3 else p16
+        st.master = 4 * T_sh
+        st.states = optimizer_state_bytes(s, T_sh, 4, spec)
         st.grad_elem = 2
-        st.step_grad_fp32 = 4 * T // shard
+        # step(): stages 1/2 build the fp32 gradient partition next to a 16-bit flat copy of it
+        # (stage_1_and_2.py:2324-2336, v0.19.5); ZeRO-0's FP16_Optimizer makes per-parameter fp32 copies
+        # and a flat fp32 copy of every gradient (fp16/fused_optimizer.py:288-292)
+        st.step_grad_fp32 = 8 * T_sh if z == 0 else (4 + 2) * T_sh if z in (1, 2) else 4 * T_sh
         st.unsharded_elem = 2
         if s.offload != "none":
             st.host = st.master + st.states + st.step_grad_fp32 + (st.params if s.offload == "optimizer+params" else 0)
@@ -176,20 +191,26 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
             if s.offload == "optimizer+params":
                 st.params = 0
             notes.append("DeepSpeed ZeRO-Offload: fp32 master weights, optimizer states and the fp32 gradient partition in pinned host memory; DeepSpeedCPUAdam steps on the CPU")
-        notes.append(f"DeepSpeed defaults: reduce_bucket_size=allgather_bucket_size={DS_REDUCE_BUCKET:.0e} elements, "
-                     "FusedAdam (no foreach temporaries), contiguous_gradients=true, overlap_comm=false")
+        notes.append(f"DeepSpeed 0.19 defaults: reduce_bucket_size=allgather_bucket_size={DS_REDUCE_BUCKET:.0e} elements "
+                     "(the 16-bit reduce bucket is allocated at that size whatever the model and world size), "
+                     "FusedAdam (no foreach temporaries), contiguous_gradients=true, overlap_comm=false (true for "
+                     "stage 3)")
         return st
     if e == "megatron":
-        shard = dp * s.cp if z == 1 else 1
+        # distributed optimizer: dense parameters shard over dp·cp, expert parameters over the
+        # expert-data-parallel group, world / (etp·ep·pp) = dp·cp/ep with etp = tp
+        # (megatron/core/parallel_state.py, expert data parallel group; distributed_data_parallel.py
+        # builds expert buffers on it)
+        T_sh = _zero_shard_elems(T, _local_experts(spec, s, rp), dp * s.cp if z == 1 else 1, s.ep)
         if s.precision == "fp32":
             st.params, st.grads_static, st.grad_elem = 4 * rp.total, 4 * T, 4
-            st.states = optimizer_state_bytes(s, T // shard, 4, spec)
+            st.states = optimizer_state_bytes(s, T_sh, 4, spec)
             return st
         st.params = 2 * rp.total
         st.grads_static = 4 * T  # fp32 main-grad buffer, full size, persistent
         st.grad_elem = 4
-        st.master = 4 * T // shard
-        st.states = optimizer_state_bytes(s, T // shard, 4, spec)
+        st.master = 4 * T_sh
+        st.states = optimizer_state_bytes(s, T_sh, 4, spec)
         if s.offload == "optimizer":
             st.host = st.master + st.states
             st.master = st.states = 0
@@ -198,6 +219,23 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
                      + ("distributed optimizer shards master+states over dp·cp" if z == 1 else "optimizer replicated"))
         return st
     raise UnsupportedError(f"engine {e} is not modelled")
+
+
+def _local_experts(spec: ModelSpec, s: TrainingSetup, rp: RankParams) -> int:
+    """Routed-expert parameters held by this rank (its pipeline stage, ÷ ep, ÷ tp); 0 for LoRA."""
+    if s.is_lora or not spec.is_moe:
+        return 0
+    return sum(spec.params.layers[i].experts // s.ep // s.tp
+               for i in stage_layers(spec.num_layers, s.pp, rp.stage))
+
+
+def _zero_shard_elems(n: int, experts: int, shard: int, ep: int) -> int:
+    """Elements of ``n`` local parameters (``experts`` of them routed experts) that one rank owns when
+    dense parameters are partitioned over ``shard`` ranks and experts over the expert-data-parallel
+    group of ``shard / ep`` ranks (no sharding when ``shard`` is 1)."""
+    if shard <= 1:
+        return n
+    return (n - experts) // shard + experts // max(1, shard // ep)
 
 
 def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -> tuple[Timeline, RankParams, _States, int]:
@@ -219,26 +257,36 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     tl.alloc("states", "optimizer_states", st.states)
     tl.alloc("grad_buffer", "gradients", st.grads_static)
     tl.alloc("ddp_buckets", "communication_buffers", st.comm_static)
+    if e == "deepspeed" and s.zero == 3 and s.precision != "fp32":
+        # stage 3 allocates its reduce bucket and the 16-bit gradient partition at init (stage3.py:702, 711)
+        tl.alloc("ipg_buffer", "communication_buffers", 2 * DS_REDUCE_BUCKET)
+        tl.alloc("grad_partition", "gradients", 2 * _zero_shard_elems(rp.trainable, _local_experts(spec, s, rp), s.dp, s.ep))
     tl.mark("step start")
     # Per-layer parameter sizes for gradient creation.
     layer_params = list(rp.layers)
     trainable_frac = (rp.trainable / rp.total) if rp.total else 0.0
-    layer_train = [int(p * trainable_frac) if not s.is_lora else rp.trainable // max(1, n_layers) for p in layer_params]
-    head_train = 0 if s.is_lora else (rp.lm_head if last else 0)
+    layer_train = [int(p * trainable_frac) for p in layer_params]
+    head_train = rp.lm_head if last else 0
+    if s.is_lora:  # adapters of each layer; BERT/RoBERTa's MLM-transform adapter with the head
+        layer_train = [lora_param_count(spec, s, range(i, i + 1), False) for i in layer_ids]
+        head_train = rp.trainable - sum(layer_train)
     emb_train = 0 if s.is_lora else (rp.embedding if first else 0)
-    fsdp = e == "fsdp2"
+    fsdp = s.fsdp_applied
+    fdp = s.fsdp_shard_degree
     zero3 = (e == "deepspeed" and s.zero == 3)
+    ds_keep_all = zero3 and 2 * rp.total < DS_MAX_REUSE_DISTANCE
     # AMP on the torch engine: matmuls save 16-bit copies of the fp32 weights (autocast's weight-cast
     # cache keeps every copy until the autocast region ends; the ones matmuls saved live until the
     # layer's backward). FSDP2 with param_dtype=bf16 gathers 16-bit weights directly: no copies.
     amp_copy = amp and not fsdp
     # (routed experts run in their weights' dtype, fp32 under autocast: no copies for them)
-    copies = [2 * max(mm - (spec.params.layers[i].experts // s.ep) // s.tp, 0) if amp_copy and not s.qlora else 0
+    copies = [2 * max(mm - (spec.params.layers[i].experts // s.ep) // s.tp, 0) if amp_copy and not s.is_lora else 0
               for i, mm in zip(layer_ids, rp.layer_matmul)]
     if s.qlora:
         # bitsandbytes dequantises each NF4 weight to 16 bits for the matmul and frees it after.
         notes.append("QLoRA: each NF4 weight is dequantised to a 16-bit temporary for its matmul")
-    head_copy = 2 * (spec.params.lm_head or spec.params.embedding) // s.tp if (amp_copy and last and not spec.is_encoder) else 0
+    head_copy = 2 * (spec.params.lm_head or spec.params.embedding) // s.tp if (amp_copy and last and not spec.is_encoder
+                                                                               and not s.is_lora) else 0
     # Pipeline: stage i of p keeps min(p - i, m) micro-batches in flight (1F1B); interleaving with
     # v chunks adds (p - 1)/(p·v) on the first stage (Megatron's memory report).
     m = s.grad_accum
@@ -246,12 +294,15 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     vpp_factor = (s.pp - 1) / (s.pp * s.vpp) if (s.vpp > 1 and stage == 0) else 0.0
     loss = loss_buffers(spec, s)
     # Layers of one kind (dense / MoE) save the same: derive everything from one layer_saved per kind.
-    kinds: dict[bool, LayerSaved] = {}
+    # (LoRA without checkpointing: layer 0 saves less, nothing before its first adapter, activations.py)
+    def kind_of(i: int) -> tuple[bool, bool]:
+        return i in spec.moe_layer_indices, s.is_lora and i == 0
+
+    kinds: dict[tuple[bool, bool], LayerSaved] = {}
     for i in layer_ids:
-        moe = i in spec.moe_layer_indices
-        if moe not in kinds:
-            kinds[moe] = layer_saved(spec, s, i)
-    layer_kind = [kinds[i in spec.moe_layer_indices] for i in layer_ids]
+        if kind_of(i) not in kinds:
+            kinds[kind_of(i)] = layer_saved(spec, s, i)
+    layer_kind = [kinds[kind_of(i)] for i in layer_ids]
     saved = [ls.total_bytes for ls in layer_kind]
     act_per_layer = saved[0] if saved else 0
     wide = model_wide_saved_bytes(spec, s)
@@ -270,7 +321,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     mlp_frac = [_mlp_param_fraction(spec, idx) for idx in layer_ids]
     layer_experts = [0 if s.is_lora else spec.params.layers[idx].experts // s.ep // s.tp for idx in layer_ids]
     copy_frac = [_mlp_copy_fraction(spec, idx) for idx in layer_ids]
-    norm_part = next((t.bytes for t in layer_kind[0].terms if t.name == "input_norm"), 0) if layer_ids else 0
+    norm_part = next((t.bytes for t in layer_kind[-1].terms if t.name == "input_norm"), 0) if layer_ids else 0
     # Identical consecutive layers change memory by the same amount each, so within a run the peak is
     # at one of its ends: the two layers at each end of a run are simulated one by one and the middle
     # of the run as one block (same peak, a fraction of the work for 80-126-layer models).
@@ -335,7 +386,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
 
     def ag_bytes(n_params: int, experts: int) -> int:
         """FSDP2's all-gather output: every rank's padded shard (dp × local), in param_dtype."""
-        return ue * s.dp * fsdp_shard_elems(n_params, experts, spec.num_experts // s.ep, s.dp)
+        return ue * fdp * fsdp_shard_elems(n_params, experts, spec.num_experts // s.ep, fdp)
 
     def unit_gather(key: str, n_params: int, experts: int = 0) -> None:
         """Unshard a unit. FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py): unshard()
@@ -346,6 +397,13 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         if not (fsdp or zero3) or tl.has(key):
             return
         if zero3:
+            if ds_keep_all:
+                # stage3_max_reuse_distance: a parameter used again within 1e9 gathered elements is not
+                # released (partitioned_param_coordinator.py:634-664): for a model of under 5e8 parameters
+                # the whole gathered model stays from its forward to its backward
+                if not tl.has("ds_gathered"):
+                    tl.alloc("ds_gathered", "parameters", ue * rp.total)
+                return
             tl.alloc(key, "parameters", ue * n_params)
             return
         pending = "ag_pending:" + key
@@ -372,9 +430,9 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         sharded output into the sharded gradient (created at the first micro-batch)."""
         if n <= 0:
             return
-        local = fsdp_shard_elems(n, experts_in, spec.num_experts // s.ep, s.dp)
+        local = fsdp_shard_elems(n, experts_in, spec.num_experts // s.ep, fdp)
         tl.free("rs_state")
-        tl.alloc("rs_in", "communication_buffers", rs_elem * s.dp * local)
+        tl.alloc("rs_in", "communication_buffers", rs_elem * fdp * local)
         for k in keys:
             tl.free(k + ":unsharded")
         shard = keys[0] + ":sharded"
@@ -402,7 +460,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 tl.spike(key + ":bf16", "temporaries", 2 * n)
                 produced[0] += n
                 if produced[0] >= DS_REDUCE_BUCKET and not tl.has("grad_partition"):
-                    tl.alloc("grad_partition", "gradients", 2 * rp.trainable // s.dp)
+                    tl.alloc("grad_partition", "gradients", 2 * _zero_shard_elems(rp.trainable, _local_experts(spec, s, rp), s.dp, s.ep))
                 return
             if not tl.has(key):
                 tl.alloc(key, "gradients", 2 * n)
@@ -505,10 +563,10 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         elif e == "deepspeed" and s.zero >= 2:
             produced[0] += layer_train[j0] * n
             if produced[0] >= DS_REDUCE_BUCKET and not tl.has("grad_partition"):
-                tl.alloc("grad_partition", "gradients", 2 * rp.trainable // s.dp)
+                tl.alloc("grad_partition", "gradients", 2 * _zero_shard_elems(rp.trainable, _local_experts(spec, s, rp), s.dp, s.ep))
         elif fsdp:
             if not tl.has(key + ":sharded"):
-                local = fsdp_shard_elems(layer_train[j0], layer_experts[j0], spec.num_experts // s.ep, s.dp)
+                local = fsdp_shard_elems(layer_train[j0], layer_experts[j0], spec.num_experts // s.ep, fdp)
                 tl.alloc(key + ":sharded", "gradients", _r(st.grad_elem * local) * n)
         elif not tl.has(key):
             elem = 2 if e == "deepspeed" else st.grad_elem
@@ -564,10 +622,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.free(f"head{mb}")
             tl.free(f"hcopy{mb}")
         tl.alloc(f"gstream{mb}", "temporaries", r * T_tok * h // (s.tp if s.sp else 1))
-        if e == "deepspeed" and s.zero in (1, 2) and s.dp > 1 and boundary:
-            # contiguous_gradients: one 16-bit reduce bucket (ipg buffer) of reduce_bucket_size elements
-            # is alive through the backward of the boundary micro-batch (stage_1_and_2.py ipg_buffer).
-            tl.alloc("ipg_buffer", "communication_buffers", 2 * min(DS_REDUCE_BUCKET, rp.trainable))
+        if e == "deepspeed" and s.zero in (1, 2) and s.precision != "fp32" and not tl.has("ipg_buffer"):
+            # contiguous_gradients: one 16-bit reduce bucket (ipg buffer) of reduce_bucket_size elements,
+            # never capped by the model size, also at world size 1 (stage_1_and_2.py:2476, v0.19.5): stage 2
+            # allocates it in every micro-batch's backward, stage 1 at the first backward until the boundary
+            tl.alloc("ipg_buffer", "communication_buffers", 2 * DS_REDUCE_BUCKET)
         for j in reversed(range(n_layers)):
             if j in skip:
                 continue
@@ -626,6 +685,9 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.free(f"emb{mb}")
         tl.free(f"wide{mb}")
         tl.free(f"vpp{mb}")
+        tl.free("ds_gathered")
+        if e == "deepspeed" and s.zero == 2:
+            tl.free("ipg_buffer")
         if fsdp:
             # the root unit (embedding, final norm, LM head) reduces last; the final callback then
             # waits for the outstanding collectives and drops their buffers
@@ -657,7 +719,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         for mb in range(in_flight):
             backward(mb, boundary=mb == in_flight - 1)
     if e == "deepspeed" and s.zero >= 2 and not tl.has("grad_partition"):
-        tl.alloc("grad_partition", "gradients", 2 * rp.trainable // s.dp)
+        tl.alloc("grad_partition", "gradients", 2 * _zero_shard_elems(rp.trainable, _local_experts(spec, s, rp), s.dp, s.ep))
     tl.free("root")
     tl.free("ipg_buffer")
     # -- optimizer step ----------------------------------------------------------------------------

@@ -36,7 +36,7 @@ class LossBuffers:
 def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     """Bytes of the logits/loss buffers for one micro-batch on the last stage."""
     T = setup.micro_batch * setup.seq_len // setup.cp
-    V = spec.vocab_size // setup.tp
+    V = spec.vocab_size // setup.tp if setup.loss_parallel else spec.vocab_size
     c = compute_bytes(setup)
     n = T * V
     if setup.engine == "megatron":
@@ -47,9 +47,23 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
         # 16-bit, log_softmax keeps a 16-bit output and its backward makes 16-bit gradients
         return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=0,
                            backward_transient_bytes=2 * c * n, grad_logits_bytes=0)
+    if setup.loss_parallel:
+        return _dtensor_loss_parallel(spec, setup, n, c)
     kept = 4 * n
     if spec.final_logit_softcapping:
         kept += c * n  # tanh output kept for backward; division by the cap keeps nothing
     fwd = 4 * n if c == 2 else 0
     return LossBuffers(logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=fwd,
                        backward_transient_bytes=8 * n, grad_logits_bytes=c * n if c == 2 else 0)
+
+
+def _dtensor_loss_parallel(spec: ModelSpec, setup: TrainingSetup, n: int, c: int) -> LossBuffers:
+    """torchtitan's loss parallel (fsdp2 + tp): the output projection keeps logits vocab-sharded
+    (``Shard(-1)``) and ``F.cross_entropy`` runs on the DTensor inside ``loss_parallel()``
+    (torch/distributed/tensor/parallel/loss.py ``_log_softmax``/``_nll_loss_forward`` handlers, torch 2.13):
+    the fp32 upcast (``pred.float()``), the shifted logits and their ``exp`` exist together in forward; the
+    log-softmax (fp32) is kept; ``_log_softmax_backward_data`` makes ``exp(output)`` and the input gradient
+    on top of the nll gradient: three fp32 V/t buffers at the loss backward (traced with MemTracker)."""
+    kept = 4 * n + (c * n if spec.final_logit_softcapping else 0)
+    return LossBuffers(logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=(8 if c == 2 else 4) * n,
+                       backward_transient_bytes=12 * n, grad_logits_bytes=c * n if c == 2 else 0)
