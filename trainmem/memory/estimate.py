@@ -721,7 +721,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     if e == "deepspeed" and s.zero >= 2 and not tl.has("grad_partition"):
         tl.alloc("grad_partition", "gradients", 2 * _zero_shard_elems(rp.trainable, _local_experts(spec, s, rp), s.dp, s.ep))
     tl.free("root")
-    tl.free("ipg_buffer")
+    if not zero3:
+        tl.free("ipg_buffer")
     # -- optimizer step ----------------------------------------------------------------------------
     tl.mark("optimizer step")
     if e == "deepspeed" and st.step_grad_fp32:
@@ -731,7 +732,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     tl.mark("zero_grad")
     for k in [k for k in list(tl.live) if k.startswith("g") and tl.live[k][0] == "gradients" and k != "grad_buffer"]:
         tl.free(k)
-    tl.free("grad_partition")
+    if not zero3:  # stage 3's gradient partition is a buffer from init, zeroed in place
+        tl.free("grad_partition")
     tl.mark("step end")
     return tl, rp, st, act_per_layer
 
