@@ -862,6 +862,10 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
     if s.engine in ("torch", "fsdp2"):
         out.append(f"optimizer torch.optim {s.optimizer} with foreach=True (the CUDA default), weight decay 0.01")
     out.extend(s.notes)
+    if getattr(spec, "alias_note", ""):
+        out.append(spec.alias_note)
+    if s.gpu_memory:
+        out.append(f"gpu memory {s.gpu_memory / 2**30:.2f} GiB (--gpu-memory), not the catalog's {s.gpu}")
     if spec.approximate_shape:
         out.append(f"{spec.name}: " + spec.source)
     if s.attn == "flash":
