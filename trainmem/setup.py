@@ -174,6 +174,11 @@ class TrainingSetup(BaseModel):
                 raise ValueError("megatron offloads the optimizer only (--optimizer-cpu-offload), with the distributed optimizer (--zero 1)")
             if self.optimizer == "adamw-8bit":
                 raise ValueError("adamw-8bit (bitsandbytes) cannot be offloaded")
+        if self.loss != "hf" and e == "megatron":
+            raise ValueError(f"--loss {self.loss}: Megatron runs its own fused vocab-parallel cross-entropy; use --loss hf")
+        if self.loss != "hf" and self.loss_parallel:
+            raise ValueError(f"--loss {self.loss} with tensor parallelism: the logits are vocab-parallel "
+                             "(loss parallel); use --loss hf, or --no-loss-parallel")
         if self.loop == "script" and e == "megatron":
             raise ValueError("--loop script: Megatron's schedule returns the loss, never the logits; use --loop trainer")
         if self.qlora and self.lora_rank == 0:

@@ -525,8 +525,12 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.alloc(f"vpp{mb}", "activations", int(vpp_factor * sum(saved_eff)))
         if last:
             tl.mark(f"loss mb{mb}")
-            tl.alloc(f"head{mb}", "activations", head_saved(spec, s))
-            tl.alloc(f"hcopy{mb}", "activations", head_copy)
+            fused = s.loss == "fused-linear"
+            tl.alloc(f"head{mb}", "activations", 0 if fused else head_saved(spec, s))
+            tl.alloc(f"hcopy{mb}", "activations", 0 if fused else head_copy)
+            if fused and head_train:
+                # Liger computes the LM head's weight gradient in the forward; it becomes its .grad
+                grad_alloc("g_head", head_train, mb)
             tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
             tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
             tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes)
@@ -613,7 +617,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.spike(f"lossbwd{mb}", "temporaries", loss.backward_transient_bytes)
             tl.free(f"losskept{mb}")
             tl.alloc(f"glogits{mb}", "temporaries", loss.grad_logits_bytes)
-            grad_alloc("g_head", head_train, mb)
+            if s.loss != "fused-linear":
+                grad_alloc("g_head", head_train, mb)
             if spec.tie_word_embeddings and first:
                 # tied LM head: the embedding's gradient is created here, at the head's backward,
                 # and the embedding's own backward adds to it at the very end

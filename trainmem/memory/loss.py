@@ -16,7 +16,7 @@ from trainmem.memory.activations import compute_bytes, is_amp
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
-__all__ = ["LossBuffers", "loss_buffers"]
+__all__ = ["LossBuffers", "loss_buffers", "liger_chunk_rows"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,8 @@ class LossBuffers:
     """Gradients alive together at the loss backward (on top of logits and kept)."""
     grad_logits_bytes: int
     """The logits' gradient in the compute dtype, alive through the LM head backward."""
+    head_grad_in_forward_bytes: int = 0
+    """Fused linear cross-entropy: the LM head's weight gradient, computed in the loss forward."""
 
 
 def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
@@ -49,6 +51,10 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
                            backward_transient_bytes=2 * c * n, grad_logits_bytes=0)
     if setup.loss_parallel:
         return _dtensor_loss_parallel(spec, setup, n, c)
+    if setup.loss == "chunked":
+        return _chunked(spec, setup, n, c)
+    if setup.loss == "fused-linear":
+        return _fused_linear(spec, setup, T, V, c)
     kept = 4 * n
     if spec.final_logit_softcapping:
         kept += c * n  # tanh output kept for backward; division by the cap keeps nothing
@@ -67,3 +73,42 @@ def _dtensor_loss_parallel(spec: ModelSpec, setup: TrainingSetup, n: int, c: int
     kept = 4 * n + (c * n if spec.final_logit_softcapping else 0)
     return LossBuffers(logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=(8 if c == 2 else 4) * n,
                        backward_transient_bytes=12 * n, grad_logits_bytes=c * n if c == 2 else 0)
+
+
+def _chunked(spec: ModelSpec, setup: TrainingSetup, n: int, c: int) -> LossBuffers:
+    """torchtune ``CEWithChunkedOutputLoss`` (torchtune/modules/loss/ce_chunked_output_loss.py): the model
+    returns its logits as ``k`` chunks along the sequence (all materialised, compute dtype), each upcast to
+    fp32 inside the loss, one chunk at a time. Every chunk's log-softmax (fp32) is kept for backward (4 B per
+    b·s·V element, as unchunked); the fp32 upcast and the backward's nll/log-softmax gradients exist for one
+    chunk at a time (n/k), and the 16-bit gradients of all chunks meet at the LM head backward."""
+    k = setup.loss_chunks or 8
+    per = -(-n // k)
+    kept = 4 * n + (c * n if spec.final_logit_softcapping else 0)
+    return LossBuffers(logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=4 * per if c == 2 else 0,
+                       backward_transient_bytes=8 * per, grad_logits_bytes=c * n if c == 2 else 0)
+
+
+def liger_chunk_rows(tokens: int, vocab: int, hidden: int, chunks: int | None = None) -> int:
+    """Rows of one chunk of Liger-Kernel's fused linear cross-entropy:
+    ``next_power_of_2(cdiv(BT, cdiv(V, H)))`` (liger_kernel/ops/fused_linear_cross_entropy.py), or
+    ``cdiv(BT, chunks)`` when the number of chunks is given."""
+    if chunks:
+        return -(-tokens // chunks)
+    inc = -(-vocab // hidden)
+    rows = -(-tokens // inc)
+    return 1 << max(0, (rows - 1).bit_length())
+
+
+def _fused_linear(spec: ModelSpec, setup: TrainingSetup, T: int, V: int, c: int) -> LossBuffers:
+    """Liger-Kernel ``LigerFusedLinearCrossEntropyLoss`` (liger_kernel/ops/fused_linear_cross_entropy.py):
+    the logits are never materialised. The forward loops over chunks of the hidden states: a chunk's logits
+    (compute dtype) are overwritten in place with their gradient, and the input gradient (b·s·h, compute
+    dtype) and the LM head's weight gradient (V·h, weight dtype) are accumulated in the forward and kept;
+    each chunk's weight-gradient update makes a V·h 16-bit product and its fp32 accumulation. Backward only
+    rescales them."""
+    h = spec.hidden_size
+    rows = liger_chunk_rows(T, V, h, setup.loss_chunks)
+    w = 4 if setup.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
+    chunk = c * rows * V + (c + 4) * V * h
+    return LossBuffers(logits_bytes=0, kept_bytes=c * T * h, forward_transient_bytes=chunk,
+                       backward_transient_bytes=0, grad_logits_bytes=0, head_grad_in_forward_bytes=w * V * h)

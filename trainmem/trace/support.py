@@ -31,8 +31,12 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
             raise _no(f"{axis}({getattr(s, axis)}) > 1")
     if s.optimizer == "adamw-8bit":
         raise _no("adamw-8bit (bitsandbytes kernels)")
-    if s.lora_rank or s.qlora:
+    if s.qlora:
         raise _no("LoRA/QLoRA fine-tuning (not traced yet)")
+    if s.lora_rank and s.engine != "torch":
+        raise _no(f"LoRA with the {s.engine} engine (LoRA is traced on the torch engine)")
+    if s.loss != "hf":
+        raise _no(f"--loss {s.loss} (only transformers' own cross-entropy is traced yet)")
     if s.offload != "none":
         raise _no(f"offload {s.offload}")
     if s.attn == "flash":
@@ -47,5 +51,10 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
         import transformers
     except ImportError:
         raise UnsupportedError("tracing needs torch and transformers: pip install 'trainmem[trace]'") from None
+    if s.lora_rank:
+        try:
+            import peft  # noqa: F401
+        except ImportError:
+            raise UnsupportedError("tracing LoRA needs peft: pip install 'trainmem[trace]'") from None
     if not hasattr(transformers, spec.architecture):
         raise _no(f"architecture {spec.architecture} (not in transformers {transformers.__version__})")

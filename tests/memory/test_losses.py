@@ -1,0 +1,73 @@
+"""Loss implementations, hand-computed: HF's upcast cross-entropy, torchtune's chunked loss, Liger's fused
+linear cross-entropy."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainmem.api import build
+from trainmem.errors import ConfigError
+from trainmem.memory import estimate
+from trainmem.memory.loss import liger_chunk_rows, loss_buffers
+
+T, V, H = 2 * 8192, 128256, 4096   # llama-3.1-8b, micro-batch 2, seq 8192
+
+
+def _lb(**kw):  # noqa: ANN202
+    spec, s = build("llama-3.1-8b", seq_len=8192, micro_batch=2, precision="bf16", **kw)
+    return spec, s, loss_buffers(spec, s)
+
+
+def test_hf_loss_is_14_bytes_per_logit_at_backward() -> None:
+    _, _, lb = _lb()
+    n = T * V
+    assert (lb.logits_bytes, lb.kept_bytes, lb.backward_transient_bytes) == (2 * n, 4 * n, 8 * n)
+
+
+def test_chunked_loss_upcasts_one_chunk_at_a_time() -> None:
+    _, _, lb = _lb(loss="chunked")           # torchtune's default: 8 chunks
+    n = T * V
+    assert lb.logits_bytes == 2 * n and lb.kept_bytes == 4 * n
+    assert lb.forward_transient_bytes == 4 * n // 8 and lb.backward_transient_bytes == 8 * n // 8
+    _, _, lb16 = _lb(loss="chunked", loss_chunks=16)
+    assert lb16.backward_transient_bytes == 8 * n // 16
+
+
+def test_liger_chunk_rows_formula() -> None:
+    # next_power_of_2(cdiv(BT, cdiv(V, H))): cdiv(128256, 4096) = 32, 16384 / 32 = 512
+    assert liger_chunk_rows(T, V, H) == 512
+    assert liger_chunk_rows(1000, 32000, 4096) == 128   # cdiv(32000, 4096) = 8; cdiv(1000, 8) = 125 → 128
+    assert liger_chunk_rows(1000, 32000, 4096, chunks=4) == 250
+
+
+def test_fused_linear_never_materialises_logits() -> None:
+    spec, s, lb = _lb(loss="fused-linear")
+    assert lb.logits_bytes == 0 and lb.grad_logits_bytes == 0
+    assert lb.kept_bytes == 2 * T * H                      # grad_input, bf16
+    assert lb.head_grad_in_forward_bytes == 2 * V * H      # grad_weight, weight dtype
+    assert lb.forward_transient_bytes == 2 * 512 * V + (2 + 4) * V * H
+    peaks = {loss: estimate(*build("llama-3.1-8b", seq_len=8192, micro_batch=2, precision="bf16", loss=loss)[:2])
+             .peak_allocated_bytes for loss in ("hf", "chunked", "fused-linear")}
+    assert peaks["fused-linear"] < peaks["chunked"] < peaks["hf"]
+
+
+def test_loss_options_refused_where_the_engine_has_its_own() -> None:
+    with pytest.raises(ConfigError, match="Megatron"):
+        build("llama-3.1-8b", engine="megatron", loss="chunked")
+    with pytest.raises(ConfigError, match="vocab-parallel"):
+        build("llama-3.1-8b", engine="fsdp2", gpus=8, tp=8, loss="fused-linear")
+    with pytest.raises(ConfigError, match="loss-chunks"):
+        build("llama-3.1-8b", loss_chunks=4)
+    build("llama-3.1-8b", engine="fsdp2", gpus=8, tp=8, loss="chunked", no_loss_parallel=True)
+
+
+def test_trainer_loop_frees_logits_before_backward() -> None:
+    """loop trainer vs script: the 16-bit logits (2 B per b·s·V element) are what the script loop keeps
+    alive at the loss backward, where this step peaks."""
+    kw = dict(seq_len=4096, micro_batch=4, precision="bf16")
+    spec, tr = build("gemma-2-2b", attn="eager", **kw)
+    _, sc = build("gemma-2-2b", attn="eager", loop="script", **kw)
+    e_tr, e_sc = estimate(spec, tr), estimate(spec, sc)
+    n = 4 * 4096 * spec.vocab_size
+    assert e_sc.peak_allocated_bytes - e_tr.peak_allocated_bytes == pytest.approx(2 * n, rel=0.02)
+    assert any("loop trainer" in a for a in e_tr.assumptions)
