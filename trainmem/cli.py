@@ -101,7 +101,7 @@ def gpus_cmd() -> None:
     for col in ("name", "memory (GiB)", "bf16 TFLOP/s", "source"):
         tab.add_column(col)
     for g in list_gpus():
-        tab.add_row(g.name, f"{g.memory_bytes / GiB:.1f}", f"{g.bf16_tflops:g}", g.source)
+        tab.add_row(g.name, f"{g.memory_bytes / GiB:.1f}", "n/a" if g.bf16_tflops is None else f"{g.bf16_tflops:g}", g.source)
     Console().print(tab)
 
 

@@ -18,6 +18,7 @@ PUBLISHED_TOTALS = {
     "llama-2-13b": 13_015_864_320,
     "llama-2-70b": 68_976_648_192,
     "llama-3.1-8b": 8_030_261_248,
+    "llama-3-8b": 8_030_261_248,  # derived: llama-3.1-8b's shapes, 8192 context
     "llama-3.1-70b": 70_553_706_496,
     "llama-3.1-405b": 405_853_388_800,
     "llama-3.2-1b": 1_235_814_400,
@@ -97,8 +98,24 @@ def test_lookup_by_name_hub_id_and_alias_in_any_case():
 
 
 def test_unknown_catalog_name():
-    with pytest.raises(UnknownModelError, match="not in the model catalog"):
+    with pytest.raises(UnknownModelError, match="not in the model catalog; did you mean .*llama-3.2-1b"):
         load_catalog_spec("llama-9-1b")
+
+
+def test_loose_names_and_derived_entries():
+    from trainmem.model.catalog import match_catalog, normalize_model_name
+    assert normalize_model_name("meta-llama/Meta-Llama-3.1-8B-Instruct") == ("llama3.18b", frozenset({"instruct"}))
+    assert normalize_model_name("someone/Llama-3.1-8B") is None  # organisations the catalog does not know
+    assert normalize_model_name("qwen2.5-7b")[0] != normalize_model_name("qwen2-57b")[0]  # dots are kept
+    assert match_catalog("mistralai/Mistral-7B-Instruct-v0.2") is None  # not the v0.1 shapes
+    derived = {e.name: e for e in list_models() if e.derived_from}
+    assert set(derived) == {"llama-3-8b", "llama-3-70b"}
+    for entry in derived.values():
+        base = find_entry(entry.derived_from)
+        assert entry.source.startswith(base.source + " with ")
+        assert entry.config["max_position_embeddings"] == 8192 and entry.config["rope_scaling"] is None
+        assert {k: v for k, v in entry.config.items() if k not in ("max_position_embeddings", "rope_scaling")} == \
+            {k: v for k, v in base.config.items() if k not in ("max_position_embeddings", "rope_scaling")}
 
 
 def test_spec_fields_of_catalog_models():

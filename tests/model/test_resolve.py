@@ -82,3 +82,116 @@ def test_unknown_reference(ref):
     message = str(err.value)
     assert "unknown model" in message and "llama-3.1-8b" in message
     assert "config.json" in message and "7B" in message and "\n" not in message
+
+
+# -- names people type (issue 7, "Names people use") ----------------------------------------------
+
+@pytest.mark.parametrize("ref, name", [
+    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"), ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+    ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"), ("mistralai/Mistral-7B-v0.1", "mistral-7b"),
+    ("google/gemma-2-9b-it", "gemma-2-9b"), ("mistralai/Mistral-7B-Instruct-v0.1", "mistral-7b"),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"), ("Qwen/Qwen3-8B-Base", "qwen3-8b"),
+    ("llama3.1-8b", "llama-3.1-8b"), ("Llama-3.1-8B", "llama-3.1-8b"), ("LLAMA 3.1 8B", "llama-3.1-8b"),
+    ("llama_3.1_8b", "llama-3.1-8b"), ("qwen2.5-7b-instruct", "qwen2.5-7b"), ("Qwen2.5-7B", "qwen2.5-7b"),
+    ("mixtral-8x7b-instruct", "mixtral-8x7b"), ("llama2-7b", "llama-2-7b"), ("Llama-2-7b-chat-hf", "llama-2-7b"),
+    ("llama-2-7b-hf", "llama-2-7b"), ("gemma-2-9b-it", "gemma-2-9b"),
+    ("llama3-8b", "llama-3-8b"), ("llama-3-8b", "llama-3-8b"), ("meta-llama/Meta-Llama-3-8B-Instruct", "llama-3-8b"),
+    ("Meta-Llama-3-70B", "llama-3-70b"),
+])
+def test_names_people_use(ref: str, name: str) -> None:
+    assert resolve_model(ref).name == name
+
+
+@pytest.mark.parametrize("ref, base", [("qwen2.5-7b-instruct", "qwen2.5-7b"), ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+                                       ("Llama-2-7b-chat-hf", "llama-2-7b"), ("google/gemma-2-9b-it", "gemma-2-9b")])
+def test_variants_take_their_base_shapes_and_say_so(ref: str, base: str) -> None:
+    spec, catalog = resolve_model(ref), load_catalog_spec(base)
+    assert spec.params == catalog.params and spec.hidden_size == catalog.hidden_size
+    assert spec.alias_note.startswith(f"{ref}: same layer shapes as the catalog's {base} (")
+    assert "\n" not in spec.alias_note
+
+
+def test_plain_spellings_carry_no_note_and_stay_cached() -> None:
+    spec = load_catalog_spec("llama-3.1-8b")
+    for ref in ("llama3.1-8b", "Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B", "llama-3.1-8b"):
+        assert resolve_model(ref) is spec
+    assert spec.alias_note == ""
+    assert resolve_model("phi-3-mini-4k-instruct").alias_note == ""  # the catalog's entry is the instruct model
+    assert resolve_model("roberta_base").alias_note == ""  # "base" is part of that name
+
+
+def test_llama_3_is_llama_3_1_shapes_with_its_own_context() -> None:
+    three, three_one = resolve_model("llama3-8b"), load_catalog_spec("llama-3.1-8b")
+    assert three.params == three_one.params and three.n_params == 8_030_261_248
+    assert (three.max_position_embeddings, three_one.max_position_embeddings) == (8192, 131072)
+    assert three.hf_config.get("rope_scaling") is None and three_one.hf_config["rope_scaling"]
+    assert "8192" in three.alias_note and "llama-3.1-8b" in three.alias_note
+    assert resolve_model("llama-3-70b").params == load_catalog_spec("llama-3.1-70b").params
+
+
+@pytest.mark.parametrize("ref, near", [
+    ("mistralai/Mistral-7B-Instruct-v0.2", "mistral-7b"),  # v0.2 has other shapes (rope, no sliding window)
+    ("llama-9-1b", "llama-3.2-1b"), ("qwen2.5-3b-instruct", "qwen2.5-7b"), ("bert-base-uncased", "bert-large-uncased"),
+    ("someone/llama-3.1-8b", "llama-3.1-8b"),  # an unknown organisation's repo may hold anything
+])
+def test_near_misses_are_refused_with_suggestions(ref: str, near: str) -> None:
+    with pytest.raises(UnknownModelError) as err:
+        resolve_model(ref)
+    msg = str(err.value)
+    assert msg.startswith(f"unknown model {ref!r}; did you mean ") and near in msg and "\n" not in msg
+
+
+def test_a_10000_character_argument_is_one_line_not_oserror() -> None:
+    for ref in ("a" * 10_000, "a/" * 3_000, "x" * 300 + "/config.json"):
+        with pytest.raises(UnknownModelError) as err:
+            resolve_model(ref)
+        assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("ref", ["~no_such_user_trainmem/config.json", "a\x00b"])
+def test_odd_paths_are_unknown_models(ref: str) -> None:
+    with pytest.raises(UnknownModelError):
+        resolve_model(ref)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000])
+def test_deeply_nested_json_is_one_line(tmp_path, text: str) -> None:
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ConfigError, match="nested too deeply") as err:
+        resolve_model(str(tmp_path))
+    assert "\n" not in str(err.value)
+
+
+def test_json_that_is_not_an_object(tmp_path) -> None:
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="not an object"):
+        resolve_model(str(tmp_path / "config.json"))
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["estimate", "a" * 10_000], "unknown model 'aaaa"),
+    (["estimate", "qwen2.5-3b-instruct"], "did you mean"),
+    (["trace", "a" * 10_000], "unknown model"),
+])
+def test_cli_bad_model_names_one_line_exit_2(args, needle, capsys) -> None:
+    from trainmem.cli import main
+    rc = main(args)
+    out = capsys.readouterr()
+    assert rc == 2 and out.out == "" and out.err.count("\n") == 1 and needle in out.err
+
+
+def test_cli_deep_json_one_line_exit_2(tmp_path, capsys) -> None:
+    from trainmem.cli import main
+    (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    rc = main(["estimate", str(tmp_path / "config.json")])
+    out = capsys.readouterr()
+    assert rc == 2 and out.err.count("\n") == 1 and "nested too deeply" in out.err
+
+
+def test_cli_accepts_short_forms(capsys) -> None:
+    from trainmem.cli import main
+    for ref in ("llama3-8b", "llama-3-8b", "qwen2.5-7b-instruct", "Qwen/Qwen2.5-7B-Instruct"):
+        rc = main(["estimate", ref, "--json"])
+        out = capsys.readouterr()
+        assert rc == 0, out.err
+        assert json.loads(out.out)["n_params"] in (8_030_261_248, 7_615_616_512)

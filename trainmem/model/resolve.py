@@ -1,7 +1,10 @@
 """Turn what a user typed (``llama-3.1-8b``, ``./my-model/``, ``7B``) into a ``ModelSpec``.
 
 Order: catalog name/alias/hub id → path to a config.json (or a folder holding one) → bare size
-→ the hub (only if ``huggingface_hub`` is installed and not offline) → ``UnknownModelError``.
+→ a loose catalog match (``llama3-8b``, ``qwen2.5-7b-instruct``: ``catalog.match_catalog``) → the hub
+(only if ``huggingface_hub`` is installed and not offline) → ``UnknownModelError`` naming the
+nearest catalog entries. An argument too long to be a path (PATH_MAX/NAME_MAX) is never handed to
+the file system, and a config.json nested too deeply for ``json`` is one ``ConfigError`` line.
 
 A bare size keeps the requested parameter count exactly (the remainder in ``ParamCounts.other``,
 negative when the chosen shape is slightly larger, e.g. 13B → Llama-2-13B's 13.016B) and borrows
@@ -9,7 +12,8 @@ a dense Llama-2-style shape for activation memory: the nearest LLaMA/Llama-2 pub
 (Touvron et al. 2023, "Llama 2", Table 1 and the HF configs) when one is within 10 %, else the
 nearest point of the family's scaling rule: head_dim 128, hidden = 128·layers (7B and 13B have
 exactly this aspect ratio), SwiGLU width 8h/3 rounded up to 256 (Llama's ``multiple_of``), GQA with
-8 KV heads from h = 8192 on (as Llama-2-70B), vocab 32000, untied embeddings.
+8 KV heads from h = 8192 on (as Llama-2-70B; so only head counts divisible by 8 there), vocab 32000,
+untied embeddings.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmem.errors import ConfigError, UnknownModelError
-from trainmem.model.catalog import find_entry, list_models, load_catalog_spec
+from trainmem.model.catalog import find_entry, list_models, load_catalog_spec, match_catalog, suggest_models
 from trainmem.model.hf import spec_from_hf_config
 from trainmem.model.spec import ModelSpec
 
@@ -34,6 +38,10 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([mbt])\s*$", re.IGNORECASE)
 _UNIT = {"m": 10**6, "b": 10**9, "t": 10**12}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _HUB_TIMEOUT_S = 10
+#: Longest path and path component the usual file systems take (Linux PATH_MAX 4096, NAME_MAX 255 bytes);
+#: anything longer is not a path, and asking the file system would raise "File name too long".
+_PATH_MAX_BYTES = 4096
+_NAME_MAX_BYTES = 255
 
 # (hidden, layers, heads, kv_heads, intermediate) of LLaMA-1 33B/65B and Llama-2 7B/13B/70B.
 _LLAMA_SHAPES: tuple[tuple[int, int, int, int, int], ...] = (
@@ -85,7 +93,8 @@ def _shape_for(n_params: int) -> tuple[int, int, int, int, int]:
     published = min(_LLAMA_SHAPES, key=lambda s: abs(_n_params(s) - n_params))
     if abs(_n_params(published) - n_params) <= _PUBLISHED_WITHIN * n_params:
         return published
-    return min((_ladder_shape(layers) for layers in range(2, 257)),
+    # from h = 8192 on the ladder has 8 KV heads, so the head count (= layers) must be a multiple of 8
+    return min((_ladder_shape(layers) for layers in range(2, 257) if layers < 64 or layers % 8 == 0),
                key=lambda s: abs(_n_params(s) - n_params))
 
 
@@ -101,18 +110,45 @@ def bare_size_spec(ref: str, n_params: int) -> ModelSpec:
                 f"(h={h}, L={layers}, heads={shape[2]}, kv_heads={shape[3]}, ffn={shape[4]})"))
 
 
+def _shown(ref: str) -> str:
+    """``ref`` for a one-line message: at most 80 characters."""
+    return repr(ref if len(ref) <= 80 else ref[:80] + "…")
+
+
+def _could_be_path(ref: str) -> bool:
+    raw = ref.encode("utf-8", "surrogateescape")
+    return (0 < len(raw) <= _PATH_MAX_BYTES and b"\0" not in raw
+            and all(len(part) <= _NAME_MAX_BYTES for part in raw.split(b"/")))
+
+
+def _load_json(path: Path) -> Any:
+    """A config.json's content; one-line ``ConfigError`` for unreadable, invalid or absurdly nested JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ConfigError(f"cannot read {str(path)!r} as JSON: nested too deeply to be a config.json") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read {str(path)!r} as JSON: {exc}") from None
+
+
 def _from_path(ref: str) -> ModelSpec | None:
-    path = Path(ref).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
-        if not path.is_file():
-            raise UnknownModelError(f"folder {ref!r} holds no config.json")
-    elif not path.is_file():
+    if not _could_be_path(ref):
         return None
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read {str(path)!r} as JSON: {exc}") from exc
+        path = Path(ref).expanduser()
+        is_dir, is_file = path.is_dir(), path.is_file()
+        if is_dir:
+            path = path / "config.json"
+            is_file = path.is_file()
+    except (OSError, ValueError, RuntimeError):  # unreadable, or ~user that does not exist: not a path
+        return None
+    if is_dir and not is_file:
+        raise UnknownModelError(f"folder {_shown(ref)} holds no config.json")
+    if not is_file:
+        return None
+    cfg = _load_json(path)
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{str(path)!r} is not a config.json: its JSON is a {type(cfg).__name__}, not an object")
     return spec_from_hf_config(cfg, name=ref, source=str(path.resolve()))
 
 
@@ -128,7 +164,7 @@ def _from_hub(ref: str) -> tuple[ModelSpec | None, str]:
         local = hf_hub_download(repo_id=ref, filename="config.json", etag_timeout=_HUB_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - any hub failure means "unknown" here
         return None, f"; the hub gave no config.json ({type(exc).__name__})"
-    cfg = json.loads(Path(local).read_text(encoding="utf-8"))
+    cfg = _load_json(Path(local))
     return spec_from_hf_config(cfg, name=ref, source=f"https://huggingface.co/{ref}/blob/main/config.json"), ""
 
 
@@ -144,10 +180,17 @@ def resolve_model(ref: str) -> ModelSpec:
     n_params = parse_size(ref)
     if n_params is not None:
         return bare_size_spec(ref, n_params)
+    if match_catalog(ref) is not None:  # llama3-8b, qwen2.5-7b-instruct, meta-llama/Meta-Llama-3.1-8B-Instruct
+        return load_catalog_spec(ref)
     spec, why_not = _from_hub(ref)
     if spec is not None:
         return spec
+    near = suggest_models(ref)
+    if near:
+        raise UnknownModelError(
+            f"unknown model {_shown(ref)}{why_not}; did you mean {', '.join(near)}? (trainmem models lists the "
+            "catalog; or give a path to a config.json or a folder holding one, or a size like 7B)")
     examples = ", ".join(n for n in _EXAMPLES if find_entry(n)) or ", ".join(e.name for e in list_models()[:5])
     raise UnknownModelError(
-        f"unknown model {ref!r}{why_not}: give a catalog name ({examples}, ...), a path to a "
-        "config.json or a folder holding one, or a size like 7B or 0.5B")
+        f"unknown model {_shown(ref)}{why_not}: give a catalog name ({examples}, ...; trainmem models lists them), "
+        "a path to a config.json or a folder holding one, or a size like 7B or 0.5B")

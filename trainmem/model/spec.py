@@ -130,6 +130,9 @@ class ModelSpec:
     params: ParamCounts
     source: str = ""
     """Where the config came from (catalog citation, path or hub id)."""
+    alias_note: str = ""
+    """How the name the user gave was mapped onto a catalog entry (an ``-instruct`` variant onto its
+    base's shapes, Llama-3 onto Llama-3.1's); '' when the name was the entry itself. For the assumptions."""
     approximate_shape: bool = False
     """True for a bare size like ``7B``: counts are the requested size, the shape a Llama-2-style guess."""
     hf_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

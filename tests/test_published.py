@@ -1,0 +1,87 @@
+"""benchmarks/published.py and its data: well-formed points, expressible points build, the helpers are right."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainmem.api import build
+from trainmem.setup import TrainingSetup
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("published", ROOT / "benchmarks" / "published.py")
+published = importlib.util.module_from_spec(_spec)
+sys.modules["published"] = published  # dataclasses look their module up
+_spec.loader.exec_module(published)
+
+POINTS = published.load_points()
+KNOWN = set(TrainingSetup.model_fields)
+
+
+def test_at_least_30_points_with_unique_ids():
+    ids = [p["id"] for p in POINTS]
+    assert len(ids) >= 30
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("point", POINTS, ids=[p["id"] for p in POINTS])
+def test_point_is_well_formed(point):
+    src = point["source"]
+    assert src["url"].startswith("https://"), "every point cites a source URL"
+    assert point["quote"].strip(), "every point quotes its source"
+    assert point["metric"] in published.METRICS
+    m = point["measured"]
+    assert m["unit"] in published.UNITS
+    if "value" in m:
+        assert m["value"] > 0
+    else:
+        assert 0 < m["low"] <= m["high"]
+    assert isinstance(point["model"], str) and point["model"]
+    assert isinstance(point["setup"], dict)
+    assert isinstance(point.get("needs", []), list)
+
+
+@pytest.mark.parametrize("point", [p for p in POINTS if not p.get("needs")], ids=[p["id"] for p in POINTS if not p.get("needs")])
+def test_expressible_point_builds(point):
+    kept, _missing = published.split_fields(point["setup"], KNOWN)
+    build(point["model"], **kept)  # raises on a bad setup
+
+
+def test_median_on_a_hand_example():
+    assert published.median([3.0, 1.0, 2.0]) == 2.0
+    assert published.median([4.0, 1.0, 3.0, 2.0]) == 2.5
+    assert published.median([-0.1]) == -0.1
+    assert math.isnan(published.median([]))
+
+
+def test_relative_error_and_ranges():
+    assert published.relative_error(110, 100, 100) == pytest.approx(0.10)
+    assert published.relative_error(90, 100, 100) == pytest.approx(-0.10)
+    assert published.relative_error(75, 72, 80) == 0.0          # inside a measured range
+    assert published.relative_error(88, 72, 80) == pytest.approx(0.10)   # against the nearer bound
+    assert published.relative_error(36, 72, 80) == pytest.approx(-0.5)
+
+
+def test_units():
+    assert published.measured_bytes({"value": 1.5, "unit": "GiB"}) == (3 * 2**29, 3 * 2**29)
+    assert published.measured_bytes({"value": 19.77, "unit": "GB"}) == (19_770_000_000, 19_770_000_000)
+    assert published.measured_bytes({"value": 14949, "unit": "MiB"})[0] == 14949 * 2**20
+    assert published.measured_bytes({"low": 72, "high": 80, "unit": "GB"}) == (72 * 10**9, 80 * 10**9)
+
+
+def test_missing_setup_fields_are_reported_not_fatal():
+    kept, missing = published.split_fields({"seq_len": 512, "future_field": 3, "gpu_memory": None}, {"seq_len", "gpu_memory"})
+    assert kept == {"seq_len": 512} and missing == ["future_field"]
+    row = published.evaluate({"id": "x", "model": "llama-3.2-1b", "metric": "allocated", "setup": {"seq_len": 256, "future_field": 1},
+                              "measured": {"value": 1, "unit": "GiB"}}, KNOWN)
+    assert "needs future_field" in row.needs and not row.expressible and row.estimate is not None
+
+
+def test_config_error_is_recorded():
+    row = published.evaluate({"id": "bad", "model": "llama-3.2-1b", "metric": "reserved", "setup": {"tp": 3, "engine": "fsdp2", "gpus": 3},
+                              "measured": {"value": 1, "unit": "GiB"}}, KNOWN)
+    assert row.failure and row.estimate is None and not row.expressible
