@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from trainmem.errors import UnsupportedError
 from trainmem.hardware import GPU, get_gpu
 from trainmem.memory.activations import (LayerSaved, compute_bytes, embedding_saved, head_saved, is_amp,
-                                         layer_saved, model_wide_saved_bytes, residual_bytes,
-                                         sdpa_math_fallback)
+                                         layer_saved, lora_recompute_frame_bytes, model_wide_saved_bytes,
+                                         residual_bytes, sdpa_math_fallback)
 from trainmem.memory.loss import loss_buffers
 from trainmem.memory.overhead import cuda_only_allocated_bytes, device_total_bytes, reserved_bytes
 from trainmem.memory.states import (RankParams, stage_layers, optimizer_state_bytes, optimizer_step_temp_bytes,
@@ -601,6 +601,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         tl.alloc(f"rc{mb}.{idx}.m", "activations", mlp_rest)
         tl.alloc(f"rc{mb}.{idx}.e", "activations", early)
         tl.alloc(f"recomp{mb}.{idx}", "activations", attn)
+        if s.is_lora and recompute == "full":  # the recomputed forward's frames at its early stop
+            tl.spike(f"rcframe{mb}.{idx}", "activations", lora_recompute_frame_bytes(spec, s, idx))
         if recompute == "full":
             c_down, c_mlp, c_attn = copy_pieces(j)
             tl.alloc(f"wcopy{mb}.{idx}.d", "activations", c_down)
@@ -735,7 +737,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     tl.spike("opt_tmp", "temporaries", st.step_temp)
     tl.free("fp32_grad_partition")
     tl.mark("zero_grad")
-    for k in [k for k in list(tl.live) if k.startswith("g") and tl.live[k][0] == "gradients" and k != "grad_buffer"]:
+    for k in [k for k in list(tl.live) if k.startswith("g") and tl.live[k][0] == "gradients"
+              and k != "grad_buffer" and not (zero3 and k == "grad_partition")]:
         tl.free(k)
     if not zero3:  # stage 3's gradient partition is a buffer from init, zeroed in place
         tl.free("grad_partition")
@@ -755,7 +758,9 @@ def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int
     early = sum(t.bytes for t in ls.terms if t.name in _ATTN_EARLY)
     prod = 0
     for t in ls.terms:
-        if t.name == "mlp_intermediate":
+        if s.is_lora:  # frozen output projection: only its adapter's input and rank activation (activations.py)
+            prod += t.bytes if t.name == "lora_down_input" else 0
+        elif t.name == "mlp_intermediate":
             prod = t.bytes // (4 if spec.mlp_gated else (5 if spec.hidden_act == "gelu_new" else 2))
             if spec.hidden_act == "gelu_new" and is_amp(s):
                 prod = t.bytes // 8  # the 2-byte cast out of 16 B per element
