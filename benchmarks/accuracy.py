@@ -95,6 +95,13 @@ TUNING: list[Case] = [
     C("llama-2-7b", precision="bf16", seq_len=2048),
     C("llama-2-7b", precision="amp-bf16", seq_len=2048, micro_batch=8),
     C("llama-2-7b", precision="bf16", seq_len=4096, micro_batch=2, attn="eager", engine="fsdp2", gpus=8),
+    # LoRA (PEFT, traced with get_peft_model; tests/trace/test_lora_trace.py)
+    C("tinyllama-1.1b", precision="bf16", seq_len=2048, micro_batch=4, lora_rank=16, lora_targets="q_proj,v_proj"),
+    C("llama-3.2-1b", precision="amp-bf16", seq_len=1024, micro_batch=4, lora_rank=16, lora_targets="all-linear",
+      recompute="full"),
+    C("qwen2.5-0.5b", precision="bf16", seq_len=1024, micro_batch=2, lora_rank=64, lora_targets="all-linear"),
+    C("gpt2", precision="amp-bf16", seq_len=1024, micro_batch=4, lora_rank=8, lora_targets="c_attn"),
+    C("mistral-7b", precision="bf16", seq_len=1024, micro_batch=2, lora_rank=16, lora_targets="q_proj,k_proj,v_proj,o_proj"),
 ]
 
 # Models, sizes and settings the estimator was not developed against (run after tuning, not tuned on).
@@ -114,6 +121,12 @@ HOLDOUT: list[Case] = [
     C("deepseek-v2-lite", precision="bf16", seq_len=1024),
     C("tinyllama-1.1b", precision="amp-fp16", seq_len=3072, micro_batch=3, grad_accum=3),
     C("qwen2.5-1.5b", precision="fp32", seq_len=768, engine="fsdp2", gpus=6, zero=2),
+    # LoRA: the published PEFT run's shape (issue 6), and families the LoRA terms were not developed on
+    C("llama-3.2-3b", precision="amp-bf16", seq_len=768, micro_batch=4, lora_rank=32, lora_targets="q_proj,v_proj"),
+    C("qwen3-8b", precision="bf16", seq_len=1024, lora_rank=8, lora_targets="all-linear", recompute="full"),
+    C("pythia-1b", precision="amp-bf16", seq_len=1024, micro_batch=2, lora_rank=16, lora_targets="query_key_value"),
+    C("phi-3-mini-4k", precision="bf16", seq_len=1024, micro_batch=2, lora_rank=32,
+      lora_targets="qkv_proj,o_proj,gate_up_proj,down_proj"),
 ]
 
 
@@ -153,7 +166,7 @@ def run(cases: list[Case], title: str) -> list[dict]:
     rows = []
     print(f"\n== {title}: {len(cases)} cases")
     print(f"{'#':>3} {'case':78s} {'trace GiB':>9} {'est GiB':>8} {'err':>7} {'act err':>8} "
-          f"{'accel':>7} {'DS':>7} {'s':>5}")
+          f"{'accel':>7} {'DS':>7} {'s':>5} {'resv GiB':>8} {'est':>7} {'err':>7}")
     for i, c in enumerate(cases):
         spec = resolve_model(c.model)
         setup = make_setup(**c.kw)
@@ -181,11 +194,14 @@ def run(cases: list[Case], title: str) -> list[dict]:
                "deepspeed": ds, "deepspeed_error": (ds - tr) / tr if ds else None,
                "trace_phase": cmp.trace.peak_phase, "estimate_phase": cmp.estimate.peak_phase,
                "seconds": dt,
+               "reserved": cmp.trace.peak_reserved_bytes, "estimate_reserved": cmp.estimate_reserved_bytes,
+               "reserved_error": cmp.reserved_error, "reserved_expandable": cmp.trace.peak_reserved_expandable_bytes,
                "breakdown": {cat: (e, r) for cat, e, r, _ in cmp.rows()}}
         rows.append(row)
         fmt = lambda x: f"{100 * x:+6.1f}%" if x is not None else "   n/a"  # noqa: E731
         print(f"{i:3d} {c.label:78s} {tr / GiB:9.3f} {cmp.estimate_peak_bytes / GiB:8.3f} {fmt(cmp.peak_error)} "
-              f"{100 * act_err:7.1f}% {fmt(row['accelerate_error'])} {fmt(row['deepspeed_error'])} {dt:5.1f}",
+              f"{100 * act_err:7.1f}% {fmt(row['accelerate_error'])} {fmt(row['deepspeed_error'])} {dt:5.1f} "
+              f"{row['reserved'] / GiB:8.3f} {row['estimate_reserved'] / GiB:7.3f} {fmt(row['reserved_error'])}",
               flush=True)
     ok = [r for r in rows if "trace" in r]
     if ok:
@@ -196,6 +212,9 @@ def run(cases: list[Case], title: str) -> list[dict]:
             te = [abs(r[f"{tool}_error"]) for r in ok if r[f"{tool}_error"] is not None]
             if te:
                 print(f"   {tool}: median |error| {100 * statistics.median(te):.1f} %, max {100 * max(te):.1f} %")
+        re_ = [abs(r["reserved_error"]) for r in ok]
+        print(f"   reserved (estimate vs allocator replay): median |error| {100 * statistics.median(re_):.2f} %, "
+              f"max {100 * max(re_):.2f} %")
     return rows
 
 
@@ -220,17 +239,20 @@ def write_doc(path: str, tuning: list[dict], holdout: list[dict]) -> None:
     import transformers
 
     def table(rows: list[dict]) -> list[str]:
-        out = ["| # | case | trace GiB | estimate GiB | error | states | activations | accelerate | DeepSpeed | peak (trace / estimate) |",
-               "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        out = ["| # | case | trace GiB | estimate GiB | error | states | activations | accelerate | DeepSpeed | peak (trace / estimate) "
+               "| reserved (replay) GiB | expandable GiB | estimate reserved GiB | reserved error |",
+               "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
         for i, r in enumerate(rows):
             if "trace" not in r:
-                out.append(f"| {i} | `{r['case']}` | error: {r['error']} | | | | | | | |")
+                out.append(f"| {i} | `{r['case']}` | error: {r['error']} | | | | | | | | | | | |")
                 continue
             pct = lambda x: f"{100 * x:+.1f} %" if x is not None else "n/a"  # noqa: E731
             out.append(f"| {i} | `{r['case']}` | {r['trace'] / GiB:.3f} | {r['estimate'] / GiB:.3f} | {pct(r['error'])} | "
                        f"{100 * r['states_error']:.2f} % | {100 * r['activations_error']:.1f} % | "
                        f"{pct(r['accelerate_error'])} | {pct(r['deepspeed_error'])} | "
-                       f"{r['trace_phase']} / {r['estimate_phase']} |")
+                       f"{r['trace_phase']} / {r['estimate_phase']} | {r['reserved'] / GiB:.3f} | "
+                       f"{r['reserved_expandable'] / GiB:.3f} | {r['estimate_reserved'] / GiB:.3f} | "
+                       f"{pct(r['reserved_error'])} |")
         return out
 
     lines = [
@@ -250,6 +272,10 @@ def write_doc(path: str, tuning: list[dict], holdout: list[dict]) -> None:
         "accelerate = `accelerate estimate-memory`'s \"Training using Adam\" (`estimate_training_usage`, model",
         "loaded in fp32); DeepSpeed = `estimate_zero2_model_states_mem_needs` (ZeRO-3's for FSDP2 ZeRO-3), GPU",
         "bytes with the run's GPU count. Both ignore activations and the loss.",
+        "'reserved (replay)' is the trace's allocation stream replayed through the CUDA caching allocator's rules",
+        "(`trainmem/trace/allocator.py`, default settings; 'expandable' with `expandable_segments:True`), the",
+        "prediction of `torch.cuda.max_memory_reserved()`; 'estimate reserved' is the estimator's reserve model",
+        "(`trainmem/memory/overhead.py::reserved_bytes`) without the cuBLAS workspace's segment.",
         "",
         "## Tuning set",
         "",

@@ -116,3 +116,42 @@ def test_core_import_does_not_pull_torch() -> None:
             "from trainmem.setup import make_setup; estimate(resolve_model('llama-3.1-8b'), make_setup()); "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --------------------------------------------------------------------------- CLI habits
+def test_version_and_short_help(capsys) -> None:
+    from importlib.metadata import version
+    rc, out, err = run(["--version"], capsys)
+    assert rc == 0 and out.strip() == f"trainmem {version('trainmem')}" and err == ""
+    for args in (["-h"], ["estimate", "-h"], ["trace", "-h"], ["models", "-h"]):
+        rc, out, err = run(args, capsys)
+        assert rc == 0 and out.startswith("Usage:") and err == "", args
+
+
+def test_bare_trainmem_prints_help_and_no_error(capsys) -> None:
+    rc, out, err = run([], capsys)
+    assert rc == 0 and "Usage:" in out and "estimate" in out and err == ""
+
+
+@pytest.mark.parametrize("args", [["estimate", "--help"], ["trace", "--help"], ["--help"],
+                                  ["estimate", "llama-3.1-8b"], ["explain", "llama-2-7b"], ["gpus"], ["models"]])
+def test_80_columns_wrap_instead_of_cutting(args: list[str], capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    rc, out, _ = run(args, capsys)
+    assert rc == 0
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    if args[-1] == "--help" and args[0] == "estimate":
+        assert "fp32|bf16|fp16|amp-bf16|amp-fp16|mixed-bf16|mixed-fp16" in out
+
+
+def test_json_with_explain_carries_the_formulas(capsys) -> None:
+    rc, out, _ = run(["estimate", "llama-2-7b", "--json", "--explain"], capsys)
+    assert rc == 0
+    d = json.loads(out)
+    lines = d["explain"]["lines"]
+    assert {ln["category"] for ln in lines} <= CATS and all(ln["formula"] and ln["source"] for ln in lines)
+    assert sum(ln["bytes"] for ln in lines) == d["peak_allocated_bytes"]
+    assert any("ZeRO" in a["name"] for a in d["explain"]["accountings"])
+    rc, out, _ = run(["estimate", "llama-2-7b", "--json"], capsys)
+    assert "explain" not in json.loads(out)

@@ -2,16 +2,131 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from trainmem.errors import ConfigError
+from trainmem.hardware import get_gpu
 from trainmem.model.resolve import resolve_model
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup, make_setup, validate_for_model
 
-__all__ = ["build"]
+__all__ = ["build", "default_notes", "model_context", "rope_context", "check_trace_size", "STEP_LIMITS",
+           "TRACE_LIMITS", "MAX_PARAMS"]
+
+#: Size guards of a step (field: largest accepted value), so that no request runs for minutes: wide
+#: headroom above any real run (the longest published contexts are 10M tokens; the largest clusters
+#: ~10^5 GPUs). The estimate stays in milliseconds at these limits (tests/test_bad_input.py).
+STEP_LIMITS: dict[str, int] = {
+    "seq_len": 2**24,          # 16,777,216 tokens
+    "micro_batch": 2**20,      # 1,048,576 sequences
+    "grad_accum": 2**14,       # 16,384 micro-batches (the timeline lists each one)
+    "gpus": 1_000_000,
+}
+#: The tracer builds and runs the real model on fake tensors, ~0.1-0.3 s per layer and micro-batch on
+#: two CPU cores (Llama-3.1-405B, 126 layers: 4 min): its limits are much lower.
+TRACE_LIMITS: dict[str, int] = {
+    "num_layers": 256,
+    "grad_accum": 16,
+    "layers_x_grad_accum": 1024,
+    "tokens_per_micro_batch": 2**22,
+}
+MAX_PARAMS = 10**18
+"""Size guard of a model: 10^18 parameters (a million times the largest published)."""
+_DEFAULT_SEQ_LEN = 2048
+_NO_SDPA = {"gemma2": "gemma2 has no sdpa attention in transformers (logit softcapping)"}
+"""Families whose default attention is eager (the attention flag not given)."""
 
 
 def build(model: str, **setup_fields: object) -> tuple[ModelSpec, TrainingSetup]:
-    """Resolve a model reference and validate a setup against it (raises TrainmemError subclasses)."""
+    """Resolve a model reference and validate a setup against it (raises TrainmemError subclasses).
+
+    Flags left unset (None or absent) take the model's defaults: ``seq_len`` is the model's context
+    when shorter than 2048, ``attn`` is eager for families without sdpa; both are recorded in
+    ``setup.notes`` (listed in the estimate's assumptions)."""
     setup = make_setup(**setup_fields)
     spec = resolve_model(model)
+    if spec.n_params > MAX_PARAMS:
+        raise ConfigError(f"{spec.name}: {spec.n_params:.3g} parameters is above trainmem's limit of {MAX_PARAMS:.0e}")
+    fields = dict(setup_fields)
+    notes = default_notes(spec, fields)
+    if notes:
+        setup = make_setup(**fields)
+    notes += _context_notes(spec, setup)
+    if notes:
+        setup = setup.model_copy(update={"notes": tuple(notes)})
+    _check_step_size(setup)
+    get_gpu(setup.gpu)  # an unknown GPU name is refused by every command, before any work
     validate_for_model(setup, spec)
+    if spec.position == "learned" and setup.seq_len > model_context(spec):
+        raise ConfigError(f"seq_len({setup.seq_len}) > the {model_context(spec)} positions of {spec.name} "
+                          f"(max_position_embeddings({spec.max_position_embeddings}) less the padding offset)")
     return spec, setup
+
+
+def default_notes(spec: ModelSpec, fields: dict[str, Any]) -> list[str]:
+    """Fill the model-dependent defaults into ``fields`` (setup fields, unset = None/absent) and
+    return one assumption line for each one filled."""
+    notes = []
+    context = model_context(spec)
+    if fields.get("seq_len") is None and context < _DEFAULT_SEQ_LEN:
+        fields["seq_len"] = context
+        notes.append(f"seq_len {context}: the context of {spec.name} (max_position_embeddings), "
+                     f"shorter than the default {_DEFAULT_SEQ_LEN} (give --seq-len to change it)")
+    if fields.get("attn") is None and spec.model_type in _NO_SDPA:
+        fields["attn"] = "eager"
+        notes.append(f"attn eager: {_NO_SDPA[spec.model_type]} (give --attn flash for flash-attention-2)")
+    return notes
+
+
+def model_context(spec: ModelSpec) -> int:
+    """Longest sequence the model's position table takes: ``max_position_embeddings``, less
+    RoBERTa's offset (its positions start at ``pad_token_id + 1``: 512 of roberta-base's 514)."""
+    if spec.model_type == "roberta":
+        pad = spec.hf_config.get("pad_token_id", 1)
+        pad = pad if type(pad) is int and pad >= 0 else 1
+        return max(1, spec.max_position_embeddings - pad - 1)
+    return spec.max_position_embeddings
+
+
+def rope_context(spec: ModelSpec) -> int:
+    """Tokens a RoPE model is made for: ``max_position_embeddings``, or factor · original context
+    when its ``rope_scaling`` (linear, dynamic, yarn, ...) stretches further."""
+    cfg = spec.hf_config
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    context = spec.max_position_embeddings
+    if isinstance(scaling, Mapping):
+        factor = scaling.get("factor")
+        original = scaling.get("original_max_position_embeddings", context)
+        if isinstance(factor, (int, float)) and isinstance(original, (int, float)) and factor > 0:
+            context = max(context, int(factor * original))
+    return context
+
+
+def _context_notes(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
+    if spec.position != "rope":
+        return []
+    context = rope_context(spec)
+    if setup.seq_len <= context:
+        return []
+    return [f"warning: seq_len({setup.seq_len}) > the context {spec.name} was trained for ({context} tokens, "
+            "max_position_embeddings and rope_scaling): RoPE extrapolates past it; the memory is as estimated, "
+            "the model's quality there is not known"]
+
+
+def check_trace_size(spec: ModelSpec, setup: TrainingSetup) -> None:
+    """Refuse (one line, the limit stated) a trace that would run for many minutes."""
+    values = {"num_layers": spec.num_layers, "grad_accum": setup.grad_accum,
+              "layers_x_grad_accum": spec.num_layers * setup.grad_accum,
+              "tokens_per_micro_batch": setup.tokens_per_micro_batch}
+    for what, limit in TRACE_LIMITS.items():
+        if values[what] > limit:
+            raise ConfigError(f"cannot trace {what.replace('_x_', ' x ').replace('_', ' ')} = {values[what]:,} "
+                              f"(the tracer's limit is {limit:,}, to finish in minutes); use `trainmem estimate`")
+
+
+def _check_step_size(setup: TrainingSetup) -> None:
+    for field, limit in STEP_LIMITS.items():
+        value = getattr(setup, field)
+        if value > limit:
+            raise ConfigError(f"{field.replace('_', '-')}: {value:,} is above trainmem's limit of {limit:,}")

@@ -18,8 +18,27 @@ import typer
 from trainmem import cli_options as opt
 from trainmem.errors import TrainmemError
 
+# Plain click help (rich_markup_mode=None): it wraps long option lists instead of cutting them with "…".
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Per-GPU memory of one training step: estimate, trace, explain.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            print(f"trainmem {version('trainmem')}")
+        except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+            print("trainmem (not installed)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Per-GPU memory of one training step: estimate, trace, explain."""
+
 
 @app.command()
 @opt.with_setup_options
@@ -36,18 +55,25 @@ def estimate(
     _check_lang(lang)
     spec, ts = build(model, **opt.setup_fields(setup))
     if max_micro_batch:
-        from trainmem.memory.search import max_micro_batch as search
+        from trainmem.memory.search import MICRO_BATCH_CAP, max_micro_batch as search
         best, est = search(spec, ts)
-        if as_json:
-            print(json.dumps({"max_micro_batch": best, "gpu": ts.gpu,
-                              "estimate": est.to_dict() if est else None}))
+        if as_json:  # capped: the search stopped at its cap, larger micro-batches may fit too
+            print(json.dumps({"max_micro_batch": best, "gpu": ts.gpu, "capped": best >= MICRO_BATCH_CAP,
+                              "cap": MICRO_BATCH_CAP, "estimate": est.to_dict() if est else None}))
         else:
             from trainmem.report.table import print_max_micro_batch
             print_max_micro_batch(best, est, ts, lang)
         return
     est = run_estimate(spec, ts)
     if as_json:
-        print(json.dumps(est.to_dict()))
+        out = est.to_dict()
+        if explain:  # the explain report as data: one {category, bytes, formula, source} per line
+            from trainmem.report.explain import accountings, explain_lines
+            out["explain"] = {
+                "lines": [{"category": ln.category, "bytes": ln.bytes, "formula": ln.formula, "source": ln.source}
+                          for ln in explain_lines(spec, ts, est)],
+                "accountings": [{"name": n, "bytes": b, "why": why} for n, b, why in accountings(spec, ts)]}
+        print(json.dumps(out))
         return
     from trainmem.report.table import print_estimate
     print_estimate(spec, ts, est, lang)
@@ -83,7 +109,7 @@ def models_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
     from rich.table import Table
     tab = Table(title="trainmem model catalog")
     for col in ("name", "type", "parameters", "source"):
-        tab.add_column(col)
+        tab.add_column(col, overflow="fold")
     for n, s in rows:
         tab.add_row(n, s.model_type, f"{s.n_params:,}", s.source)
     Console().print(tab)
@@ -99,7 +125,7 @@ def gpus_cmd() -> None:
 
     tab = Table(title="trainmem GPU catalog")
     for col in ("name", "memory (GiB)", "bf16 TFLOP/s", "source"):
-        tab.add_column(col)
+        tab.add_column(col, overflow="fold")
     for g in list_gpus():
         tab.add_row(g.name, f"{g.memory_bytes / GiB:.1f}", "n/a" if g.bf16_tflops is None else f"{g.bf16_tflops:g}", g.source)
     Console().print(tab)
@@ -118,22 +144,43 @@ from trainmem.trace_cli import register as _register_trace  # noqa: E402
 _register_trace(app)
 
 
+def _argv_lang(argv: list[str]) -> str:
+    """``--lang`` as given on the command line (known before click parses, for the error line)."""
+    for i, a in enumerate(argv):
+        if a == "--lang" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--lang="):
+            return a.split("=", 1)[1]
+    return "en"
+
+
+def _print_error(message: str, lang: str) -> None:
+    from trainmem.report.i18n import LANGS, t, tr
+    lang = lang if lang in LANGS else "en"
+    sep = "：" if lang == "zh" else ": "
+    print(f"{t('error', lang)}{sep}{tr(message, lang)}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: one line on stderr and exit code 2 for any bad input."""
+    """Entry point: one line on stderr and exit code 2 for any bad input (in ``--lang``'s language)."""
+    lang = _argv_lang(sys.argv[1:] if argv is None else argv)
     try:
         app(args=argv, standalone_mode=False)
     except TrainmemError as e:
-        print(f"error: {e}", file=sys.stderr)
+        _print_error(str(e), lang)
         return 2
     except Exception as e:  # click's own (typer vendors click; match by shape, not by import path)
         names = {c.__name__ for c in type(e).__mro__}
         if "Exit" in names:
             return int(getattr(e, "exit_code", 0))
         if "Abort" in names:
-            print("error: aborted", file=sys.stderr)
+            _print_error("aborted", lang)
             return 2
+        if "NoArgsIsHelpError" in names:  # bare `trainmem`: the help is the answer, not an error
+            print(e.format_message())  # type: ignore[attr-defined]
+            return 0
         if "ClickException" in names:
-            print(f"error: {e.format_message()}", file=sys.stderr)  # type: ignore[attr-defined]
+            _print_error(e.format_message(), lang)  # type: ignore[attr-defined]
             return 2
         raise
     return 0

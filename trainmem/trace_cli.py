@@ -11,11 +11,19 @@ import typer
 
 from trainmem import cli_options as opt
 
-__all__ = ["register"]
+__all__ = ["register", "NOT_TRACED"]
+
+#: What ``trainmem.trace.support.check_traceable`` refuses (exit 2), shown under ``trace --help``; keep the two
+#: in step.
+NOT_TRACED = ("Not traced yet (exit code 2; use `trainmem estimate`): --engine deepspeed or megatron; "
+              "--pp, --cp, --ep > 1 (so --vpp); --tp > 1 except fsdp2 on dense llama-style models; "
+              "--dp > 1 with --engine torch; --offload; --qlora; --lora-rank except with --engine torch; "
+              "--optimizer adamw-8bit; --attn flash; --recompute selective; --engine fsdp2 with --precision "
+              "amp-fp16; --loss chunked/fused-linear on encoders and softcapped models.")
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("trace")
+    @app.command("trace", epilog=NOT_TRACED)
     @opt.with_setup_options
     def trace_cmd(
         model: opt.Model, as_json: opt.Json = False,
@@ -27,6 +35,9 @@ def register(app: typer.Typer) -> None:
         from trainmem.api import build
         from trainmem.errors import ConfigError
 
+        from trainmem.cli import _check_lang
+
+        _check_lang(lang)
         if device not in ("fake", "cuda"):
             raise ConfigError(f"device: {device!r} is not one of fake, cuda")
         spec, setup = build(model, **opt.setup_fields(setup_args))
@@ -40,8 +51,10 @@ def register(app: typer.Typer) -> None:
                 from rich.console import Console
                 Console().print(res.to_dict())
             return
+        from trainmem.api import check_trace_size
         from trainmem.trace.support import check_traceable
 
+        check_trace_size(spec, setup)
         check_traceable(spec, setup)  # one line, before any progress bar
         result = _trace_with_progress(spec, setup, quiet=as_json)
         if compare:

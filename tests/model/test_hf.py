@@ -17,8 +17,8 @@ SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_atte
 FAMILY_CONFIGS: dict[str, dict] = {
     "llama-biases": dict(SMALL, model_type="llama", num_key_value_heads=2, attention_bias=True, mlp_bias=True),
     "llama-tied-headdim": dict(SMALL, model_type="llama", tie_word_embeddings=True, head_dim=32),
-    "mistral": dict(SMALL, model_type="mistral"),
-    "mistral-headdim-null": dict(SMALL, model_type="mistral", head_dim=None),
+    "mistral": dict(SMALL, model_type="mistral", num_key_value_heads=2),
+    "mistral-headdim-null": dict(SMALL, model_type="mistral", num_key_value_heads=4, head_dim=None),
     "llama-kv-null": dict(SMALL, model_type="llama", num_key_value_heads=None),
     "qwen2-tied": dict(SMALL, model_type="qwen2", num_key_value_heads=2, tie_word_embeddings=True),
     "qwen3-bias": dict(SMALL, model_type="qwen3", num_key_value_heads=2, attention_bias=True, head_dim=16),
@@ -31,7 +31,7 @@ FAMILY_CONFIGS: dict[str, dict] = {
                                       num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=48,
                                       decoder_sparse_step=2, mlp_only_layers=[3], qkv_bias=False),
     "qwen3_moe": dict(SMALL, model_type="qwen3_moe", num_hidden_layers=3, num_key_value_heads=2, num_experts=4,
-                      moe_intermediate_size=32, mlp_only_layers=[0], head_dim=32),
+                      num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[0], head_dim=32),
     "deepseek_v2-no-q-lora": dict(SMALL, model_type="deepseek_v2", num_hidden_layers=3, n_routed_experts=4,
                                   moe_intermediate_size=32, n_shared_experts=2, first_k_dense_replace=1,
                                   q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16,
@@ -59,7 +59,8 @@ FAMILY_CONFIGS: dict[str, dict] = {
 }
 
 # Only the keys spec_from_hf_config requires: everything else must default as transformers does.
-_REQUIRED = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+# 32 heads: every family's default num_key_value_heads (4 to 32) divides them.
+_REQUIRED = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=32)
 MINIMAL_CONFIGS: dict[str, dict] = {
     mt: dict(_REQUIRED, model_type=mt, vocab_size=32064)
     for mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "mixtral",
@@ -141,7 +142,53 @@ def test_other_malformed_configs():
         spec_from_hf_config(dict(SMALL, model_type="qwen2", hidden_size="64"), name="x")
     with pytest.raises(ConfigError, match="text_config"):
         spec_from_hf_config({"model_type": "gemma3"}, name="x")
-    with pytest.raises(ConfigError, match=r"hidden_size\(66\) % num_attention_heads\(4\)"):
+    with pytest.raises(ConfigError, match=r"num_attention_heads\(4\) does not divide hidden_size\(66\)"):
         spec_from_hf_config(dict(SMALL, model_type="llama", hidden_size=66), name="x")
     with pytest.raises(ConfigError):
         spec_from_hf_config(["not", "a", "dict"], name="x")  # type: ignore[arg-type]
+
+
+def test_static_name_lists_match_transformers():
+    pytest.importorskip("torch")
+    from transformers.activations import ACT2FN
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from trainmem.model.hf import KNOWN_ACTIVATIONS, KNOWN_ROPE_TYPES
+    assert KNOWN_ACTIVATIONS == set(ACT2FN)
+    assert KNOWN_ROPE_TYPES == set(ROPE_INIT_FUNCTIONS) | {"default"}
+
+
+@pytest.mark.parametrize("cfg,needle", [
+    (dict(SMALL, model_type="llama", hidden_size=66, head_dim=16),
+     r"num_attention_heads\(4\) does not divide hidden_size\(66\)"),
+    (dict(SMALL, model_type="llama", num_key_value_heads=3), r"num_key_value_heads\(3\) does not divide"),
+    (dict(SMALL, model_type="llama", tie_word_embeddings="yes"), "tie_word_embeddings='yes' is not a boolean"),
+    (dict(SMALL, model_type="gpt2", activation_function="gelu_newer"), "activation_function='gelu_newer'"),
+    (dict(SMALL, model_type="qwen2", num_key_value_heads=4, rope_scaling={"type": "su"}), "rope_type='su'"),
+    (dict(SMALL, model_type="gemma3_text", head_dim=16,
+          rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0},
+                           "sliding_attention": {"rope_type": "nope"}}), "rope_type='nope'"),
+    (dict(SMALL, model_type="mixtral", num_key_value_heads=4, num_local_experts=0), r"num_local_experts\(0\)"),
+    (dict(SMALL, model_type="qwen3_moe", num_experts=4, num_experts_per_tok=5), r"num_experts_per_tok\(5\)"),
+    (dict(SMALL, model_type="deepseek_v2", n_routed_experts=4, num_experts_per_tok=None), r"num_experts_per_tok\(0\)"),
+    (dict(SMALL, model_type="deepseek_v3", num_hidden_layers=4, n_routed_experts=6, num_experts_per_tok=2,
+          n_group=4), r"n_group\(4\)"),
+    (dict(SMALL, model_type="qwen2_moe", mlp_only_layers=5), "mlp_only_layers=5"),
+    (dict(SMALL, model_type="bert", num_hidden_layers=0), r"num_hidden_layers\(0\)"),
+    (dict(SMALL, model_type="falcon", hidden_size=2**21), "limit of 1,048,576"),
+])
+def test_what_transformers_refuses_is_one_config_error(cfg, needle):
+    with pytest.raises(ConfigError, match=needle) as err:
+        spec_from_hf_config(cfg, name="x")
+    assert "\n" not in str(err.value)
+
+
+def test_what_transformers_accepts_is_accepted():
+    # explicit head_dim where the family does not check hidden % heads (Qwen3-0.6B: 16 heads of 128 on 1024)
+    qwen3 = dict(SMALL, model_type="qwen3", num_key_value_heads=4, hidden_size=66, head_dim=16)
+    assert spec_from_hf_config(qwen3, name="q").head_dim == 16
+    # qwen2_moe without experts is a dense model in transformers
+    dense = dict(SMALL, model_type="qwen2_moe", num_key_value_heads=4, num_experts=0)
+    assert not spec_from_hf_config(dense, name="q").is_moe
+    # nested rope parameters of transformers 5 and the legacy "type" key
+    spec_from_hf_config(dict(SMALL, model_type="llama", rope_scaling={"type": "linear", "factor": 2.0}), name="l")

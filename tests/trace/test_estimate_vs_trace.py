@@ -44,6 +44,16 @@ CASES = [
     ("gemma", dict(precision="amp-bf16", seq_len=256, micro_batch=4, loop="script")),
     ("qwen2", dict(precision="bf16", seq_len=512, micro_batch=4, engine="fsdp2", gpus=2, loop="script")),
     ("gpt2", dict(precision="fp32", seq_len=256, micro_batch=4, loop="script")),
+    # --loss chunked (torchtune CEWithChunkedOutputLoss) and fused-linear (Liger's allocations)
+    ("llama-gqa", dict(precision="bf16", seq_len=512, micro_batch=4, loss="chunked")),
+    ("llama-gqa", dict(precision="amp-bf16", seq_len=512, micro_batch=4, loss="chunked", loop="script")),
+    ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, grad_accum=2, loss="chunked", loss_chunks=4)),
+    ("mistral-window", dict(precision="bf16", seq_len=256, micro_batch=4, loss="chunked")),
+    ("qwen3", dict(precision="amp-bf16", seq_len=256, micro_batch=2, loss="chunked")),
+    ("llama-gqa", dict(precision="amp-bf16", seq_len=512, micro_batch=4, loss="fused-linear")),
+    ("qwen3", dict(precision="amp-bf16", seq_len=256, micro_batch=2, loss="fused-linear")),
+    ("mistral-window", dict(precision="bf16", seq_len=256, micro_batch=4, loss="fused-linear")),
+    ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, grad_accum=2, loss="fused-linear")),
 ]
 
 
@@ -65,7 +75,14 @@ CASE_TOL = {
 }
 
 
+# fused-linear in pure bf16 on Qwen2's toy: -1.4 % (the emulated Liger function's chunk temporaries)
+CASE_TOL[("qwen2", "bf16", "none", "sdpa", "fused-linear")] = 0.015
+
+
 def _tol(fam: str, kw: dict) -> float:
+    if kw.get("loss", "hf") != "hf":
+        key5 = (fam, kw.get("precision"), kw.get("recompute", "none"), kw.get("attn", "sdpa"), kw["loss"])
+        return CASE_TOL.get(key5, 0.01)
     key = (fam, kw.get("precision"), kw.get("recompute", "none"), kw.get("attn", "sdpa"))
     return CASE_TOL.get(key, TOL.get(fam, 0.01))
 

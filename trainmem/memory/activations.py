@@ -20,7 +20,8 @@ from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
 __all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
-           "head_saved", "embedding_saved", "model_wide_saved_bytes"]
+           "head_saved", "embedding_saved", "model_wide_saved_bytes", "lora_shapes", "lora_input_requires_grad", "lora_recompute_frame_bytes",
+           "lora_forward_frame_bytes", "lora_head_frame_bytes"]
 
 _GEMMA_NORM_MODELS = ("gemma", "gemma2", "gemma3_text", "gemma3")
 
@@ -55,25 +56,32 @@ class LayerSaved:
 def _fsdp2_mixed(setup: TrainingSetup) -> bool:
     """FSDP2's MixedPrecisionPolicy(param_dtype=16-bit) gathers 16-bit parameters and runs the module
     in 16 bits without autocast: activations are those of a pure 16-bit model."""
-    return setup.engine == "fsdp2" and setup.precision in ("amp-bf16", "amp-fp16")
+    return setup.engine == "fsdp2" and setup.fsdp_applied and setup.precision in ("amp-bf16", "amp-fp16")
+
+
+def tp_only_fp32(setup: TrainingSetup) -> bool:
+    """fsdp2 with tensor parallelism alone (no fully_shard): torchtitan disables mixed precision ("Mixed
+    precision training with TP or PP is only supported when FSDP/HSDP/CP is enabled", torchtitan
+    distributed/utils.py ``maybe_enable_amp``), so an amp recipe computes in fp32 (traced: trace/tp.py)."""
+    return setup.engine == "fsdp2" and not setup.fsdp_applied and setup.precision in ("amp-bf16", "amp-fp16")
 
 
 def is_amp(setup: TrainingSetup) -> bool:
     """torch.autocast over fp32 parameters (casts at every matmul)."""
-    return setup.precision in ("amp-bf16", "amp-fp16") and not _fsdp2_mixed(setup)
+    return setup.precision in ("amp-bf16", "amp-fp16") and not _fsdp2_mixed(setup) and not tp_only_fp32(setup)
 
 
 def compute_bytes(setup: TrainingSetup) -> int:
-    """Bytes per element of matmul inputs/outputs: 4 for fp32, else 2."""
-    return 4 if setup.precision == "fp32" else 2
+    """Bytes per element of matmul inputs/outputs: 4 for fp32 (and fsdp2 TP-only amp, see tp_only_fp32), else 2."""
+    return 4 if setup.precision == "fp32" or tp_only_fp32(setup) else 2
 
 
 def residual_bytes(setup: TrainingSetup) -> int:
     """Bytes per element of the residual stream: fp32 params under autocast keep it fp32
     (embedding output and residual adds are not autocast ops); pure 16-bit models (and FSDP2 with a
     16-bit param_dtype) keep it 16-bit."""
-    if _fsdp2_mixed(setup):
-        return 2
+    if _fsdp2_mixed(setup) or (setup.is_lora and setup.precision != "fp32"):
+        return 2  # (LoRA: the frozen base is loaded in 16 bits, autocast recipes included: trace/lora.py)
     return 4 if setup.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
 
 
@@ -87,8 +95,8 @@ def _norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
       is an fp32 op, and the residual is fp32 already) plus mean/rstd (8 B per row, negligible).
     """
     r = residual_bytes(setup)
-    if spec.norm == "layernorm":
-        return float(r) + 8.0 / spec.hidden_size
+    if spec.norm == "layernorm":  # (under autocast its input is cast to fp32 if not fp32 already)
+        return float(4 if is_amp(setup) else r) + 8.0 / spec.hidden_size
     rows = 4.0 / spec.hidden_size  # rsqrt(variance + eps): one fp32 value per row, kept by the multiply
     if spec.model_type in _GEMMA_NORM_MODELS:
         return 8.0 + rows
@@ -156,10 +164,14 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> LayerS
         _mlp_terms(spec, setup, add, spec.intermediate_size)
     _dropout_terms(spec, setup, add, s=s)
     if setup.is_lora:
-        _lora_terms(spec, setup, add)
+        terms = _lora_terms(spec, setup, layer_idx, terms)
     out: list[Term] = []
     for t in terms:
-        div = setup.tp if (setup.sp or t.tp_split) else 1
+        # torch TP (fsdp2): PrepareModuleInput all-gathers the sequence-parallel norm output and the
+        # ColwiseParallel linears save that gathered (Replicate) input, full sequence; Megatron's SP keeps
+        # the shard and all-gathers it again in backward (traced: tests/trace/test_tp_trace.py)
+        gathered = setup.engine == "fsdp2" and t.name in ("qkv_input", "mlp_input", "moe_input")
+        div = setup.tp if ((setup.sp and not gathered) or t.tp_split) else 1
         out.append(Term(t.name, t.component, t.bytes // div, t.tp_split))
     return LayerSaved(tuple(out))
 
@@ -298,7 +310,7 @@ def _moe_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
     weights (transformers casts the gathered tokens to it): fp32 under autocast with fp32 parameters."""
     h = spec.hidden_size
     c = compute_bytes(setup)
-    ce = 4 if is_amp(setup) else c
+    ce = 4 if is_amp(setup) and not setup.is_lora else c  # (LoRA: 16-bit frozen experts)
     k = spec.num_experts_per_tok
     E = spec.num_experts
     mi = spec.moe_intermediate_size
@@ -344,31 +356,259 @@ def _dropout_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int) -> Non
     add("dropout_masks", "dropout", 1.0 * n_sites * h, tp_split=False)
 
 
-_LORA_SHAPES = {
-    "q_proj": lambda s: (s.hidden_size, s.num_attention_heads * s.head_dim),
-    "k_proj": lambda s: (s.hidden_size, s.num_kv_heads * s.head_dim),
-    "v_proj": lambda s: (s.hidden_size, s.num_kv_heads * s.v_head_dim),
-    "o_proj": lambda s: (s.num_attention_heads * s.v_head_dim, s.hidden_size),
-    "gate_proj": lambda s: (s.hidden_size, s.intermediate_size),
-    "up_proj": lambda s: (s.hidden_size, s.intermediate_size),
-    "down_proj": lambda s: (s.intermediate_size, s.hidden_size),
-}
+def lora_shapes(spec: ModelSpec, targets: tuple[str, ...], layer_idx: int = 0) -> list[tuple[int, int]]:
+    """(in_features, out_features) of each adapted linear of layer ``layer_idx`` (model/lora_targets.py)."""
+    from trainmem.model.lora_targets import targeted_layer_linears
+    return [(lin.fin, lin.fout) for lin in targeted_layer_linears(spec, targets, layer_idx)]
 
 
-def lora_shapes(spec: ModelSpec, targets: tuple[str, ...]) -> list[tuple[int, int]]:
-    """(in_features, out_features) of each targeted linear in one layer."""
-    names = list(_LORA_SHAPES) if "all-linear" in targets else [t for t in targets if t in _LORA_SHAPES]
-    return [_LORA_SHAPES[n](spec) for n in names]
+def lora_input_requires_grad(setup: TrainingSetup) -> bool:
+    """Whether the first layer's input requires grad under LoRA: only with gradient checkpointing, where
+    PEFT users call ``enable_input_require_grads()`` (HF Trainer does); otherwise the frozen embedding's
+    output has no grad and autograd records nothing before the first adapter (trace/lora.py)."""
+    return setup.recompute != "none"
 
 
-def _lora_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
-    """PEFT LoRA (peft/tuners/lora/layer.py Linear.forward): the input is cast to the adapter dtype
-    (fp32 adapters: a 4-byte copy; under autocast the adapter matmul casts it to 2 bytes) and kept by
-    lora_A; lora_A's output (rank wide) is kept by lora_B."""
-    in_bytes = 2.0 if is_amp(setup) else 4.0
-    for fin, _fout in lora_shapes(spec, setup.lora_targets):
-        add("lora_input", "lora", in_bytes * fin, tp_split=False)
-        add("lora_a_out", "lora", in_bytes * setup.lora_rank, tp_split=False)
+#: Terms that only a frozen linear's weight gradient needed (its input), dropped under LoRA.
+_FROZEN_LINEAR_INPUTS = ("qkv_input", "mlp_input", "moe_input", "expert_inputs", "o_input")
+
+
+def _lora_terms(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, terms: list[Term]) -> list[Term]:
+    """A LoRA layer's saved tensors: full fine-tuning's terms without what only frozen weights' gradients
+    needed (:func:`_lora_frozen`, :func:`_lora_first_layer`), plus the adapters' own
+    (:func:`_lora_adapter_terms`); traced in tests/trace/test_lora_trace.py."""
+    from trainmem.model.lora_targets import targeted_layer_linears
+    adapted = targeted_layer_linears(spec, setup.lora_targets, layer_idx)
+    out = _lora_frozen(spec, setup, terms)
+    if layer_idx == 0 and not lora_input_requires_grad(setup):
+        out = _lora_first_layer(spec, setup, adapted, out)
+    return out + _lora_adapter_terms(spec, setup, adapted)
+
+
+def _lora_frozen(spec: ModelSpec, setup: TrainingSetup, terms: list[Term]) -> list[Term]:
+    """Full fine-tuning's terms with a frozen base (autograd saves an operand only for an input that
+    requires grad):
+
+    - base linears keep no input (``qkv_input``, ``mlp_input``, eager ``o_input``, MoE inputs dropped);
+      the MLP's output projection no longer keeps the product (gated: 3 of 4 tensors of width i remain;
+      plain: the activation's input; gelu_new: its 4 formula tensors); the shared expert likewise;
+    - RMSNorm's ``weight * x_normed`` keeps nothing for the frozen weight: the fp32 copy kept by
+      ``pow``/``mul`` (4 B) and the rsqrt row remain, not 4 + r (q/k norms, Gemma's norms alike);
+      nn.LayerNorm still keeps its input; under autocast GPT-NeoX/Falcon's second LayerNorm on the same
+      16-bit residual keeps its own fp32 cast;
+    - under checkpointing, a norm's saved input that is the checkpointed input itself (LayerNorm; RMSNorm
+      in fp32, where ``x.to(float32)`` is x) is not counted twice.
+    """
+    amp = is_amp(setup)
+    h, c = spec.hidden_size, compute_bytes(setup)
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    kernel_keeps_out = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup)
+    rows = 4.0 / h
+    full = setup.recompute == "full"
+
+    def scaled(t: Term, factor: float) -> Term:
+        return Term(t.name, t.component, int(round(t.bytes * factor)), t.tp_split)
+
+    out: list[Term] = []
+    for t in terms:
+        if t.name in _FROZEN_LINEAR_INPUTS or (t.name == "attn_out" and not kernel_keeps_out):
+            continue  # (the math composite's output is o_proj's input only)
+        per_elem = _norm_saved_per_elem(spec, setup)
+        if t.name == "input_norm" and spec.norm == "layernorm" and full:
+            t = scaled(t, (8.0 / h) / per_elem)
+        elif t.name in ("input_norm", "post_attention_norm") and spec.norm == "rmsnorm" and t.bytes:
+            fp32_ckpt_input = t.name == "input_norm" and setup.precision == "fp32" and full
+            t = scaled(t, (rows if fp32_ckpt_input else 4.0 + rows) / per_elem)
+        elif amp and (t.name == "ln_mlp_stats" or (t.name == "post_attention_norm" and spec.parallel_residual
+                                                   and spec.model_type == "gpt_neox")):
+            t = Term(t.name, t.component, t.bytes + 4 * h * T, t.tp_split)
+        elif t.name == "qk_norm":
+            d = spec.head_dim
+            per_head = (4.0 + c if spec.model_type.startswith("qwen3") else 8.0) * d + 4.0
+            t = scaled(t, (4.0 * d + 4.0) / per_head)
+        elif t.name == "post_sublayer_norms":  # Gemma-2/3: x.float() kept, not the fp32 normalised value
+            t = scaled(t, 0.5)
+        elif t.name == "mlp_intermediate":
+            n = 4 if spec.mlp_gated else (5 if spec.hidden_act == "gelu_new" else 2)
+            gelu_amp = spec.hidden_act == "gelu_new" and amp and not spec.mlp_gated
+            t = scaled(t, 14.0 / 16.0 if gelu_amp else (n - 1) / n)
+        elif t.name == "expert_intermediate":
+            t = scaled(t, 0.75)
+        elif t.name == "shared_expert":
+            n_in = (3 if spec.model_type == "qwen2_moe" else 2) if amp else 0
+            dropped = (c * spec.shared_expert_intermediate_size + 2.0 * n_in * h) * T
+            t = Term(t.name, t.component, t.bytes - int(round(dropped)), t.tp_split)
+        out.append(t)
+    return out
+
+
+def _lora_first_layer(spec: ModelSpec, setup: TrainingSetup, adapted, out: list[Term]) -> list[Term]:
+    """Layer 0 without ``enable_input_require_grads``: nothing is recorded before its first adapter: no
+    input norm; no attention core without a q/k/v adapter; no MLP side without an adapter feeding it
+    (parallel-residual families: an MLP adapter). q_norm / k_norm keep their input only when q_proj /
+    k_proj is adapted; eager attention's matmuls keep an operand only for the other operand's grad
+    (q·kᵀ: q iff k has grad; probs·v: probs iff v has grad)."""
+    reads = {lin.reads for lin in adapted}
+    core = bool(reads & {"attn_in", "q_a", "kv_a", "cross_in", "cross_q"})
+    post = "mlp_in" in reads if spec.parallel_residual else (core or "attn_out" in reads)
+    mlp = post or "mlp_in" in reads
+    out = [t for t in out if t.name != "input_norm"
+           and (core or t.component != "attention")
+           and (post or t.component not in ("norm", "dropout"))
+           and (mlp or t.name != "mlp_intermediate")]
+    q_grad, k_grad, v_grad = (any(lin.path.endswith(n) for lin in adapted) for n in ("q_proj", "k_proj", "v_proj"))
+    if setup.attn == "eager" and (q_grad or k_grad or v_grad):
+        keep = {"q": k_grad, "k_repeated": q_grad, "v_repeated": q_grad or k_grad,
+                "softmax_fp32": q_grad or k_grad, "probs_16bit": v_grad, "probs": v_grad}
+        out = [t for t in out if keep.get(t.name, True)]
+    a, kv = spec.num_attention_heads, spec.num_kv_heads
+    kept = a * q_grad + kv * k_grad
+    return [Term(t.name, t.component, t.bytes * kept // (a + kv), t.tp_split) if t.name == "qk_norm" else t
+            for t in out]
+
+
+def _lora_adapter_terms(spec: ModelSpec, setup: TrainingSetup, adapted) -> list[Term]:
+    """What the adapters keep. PEFT ``tuners/lora/layer.py`` ``Linear.forward``:
+    ``x = x.to(lora_A.weight.dtype)`` (fp32 adapters), then
+    ``result + lora_B(lora_A(dropout(x))) * scaling`` (dropout 0: identity). Per adapted linear reading
+    ``fin`` features, adapter rank r, per token:
+
+    - 16-bit base, no autocast: lora_A keeps its own fp32 copy of x (4·fin, one per adapter) and lora_B
+      the fp32 rank activation (4·r);
+    - 16-bit base under autocast: the fp32 copy is a temporary; lora_A keeps the 16-bit cast autocast
+      makes of it (2·fin per adapter) and lora_B the 16-bit rank activation (2·r); autocast's cache keeps
+      16-bit copies of the adapter weights, saved by their matmuls (2·r·(fin + fout) per layer);
+    - fp32: lora_A keeps x itself, shared by the adapters that read the same tensor (4·fin once; the
+      attention output is kept by the sdpa kernel already), and 4·r.
+
+    Names place each in the estimator's backward order: o_proj's adapter is released early in the
+    attention's backward (``o_input``, estimate.py ``_ATTN_EARLY``), the MLP output projection's first
+    (``lora_down_input``, its ``prod`` part)."""
+    amp, fp32 = is_amp(setup), setup.precision == "fp32"
+    rank = setup.lora_rank
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    kernel_keeps_out = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup)
+    out: list[Term] = []
+    shared: set[str] = set()
+    for lin in adapted:
+        name_in, name_a, comp = "lora_input", "lora_a_out", "lora"
+        if lin.reads == "attn_out":
+            name_in, comp = "o_input", "attention"
+        elif lin.reads == "mlp_act":
+            name_in = name_a = "lora_down_input"
+            comp = "mlp"
+        if fp32:
+            if lin.reads not in shared and not (lin.reads == "attn_out" and kernel_keeps_out):
+                out.append(Term(name_in, comp, 4 * lin.fin * T, False))
+            shared.add(lin.reads)
+            out.append(Term(name_a, comp, 4 * rank * T, False))
+        elif amp:
+            out.append(Term(name_in, comp, 2 * lin.fin * T, False))
+            out.append(Term(name_a, comp, 2 * rank * T, False))
+            out.append(Term("lora_weight_copies", "weight_copies", 2 * rank * (lin.fin + lin.fout), False))
+        else:
+            out.append(Term(name_in, comp, 4 * lin.fin * T, False))
+            out.append(Term(name_a, comp, 4 * rank * T, False))
+    return out
+
+
+def _lora_mlp_frame_per_token(spec: ModelSpec, setup: TrainingSetup, adapted) -> int:
+    """Bytes per token the decoder layer's frame holds while its MLP runs and no saved tensor is them:
+    the post-attention residual (kept by LayerNorm, and by RMSNorm in fp32 where its fp32 copy is the
+    tensor itself) and the MLP input (the norm output; in fp32 lora_A of gate/up keeps it itself)."""
+    h, c, r = spec.hidden_size, compute_bytes(setup), residual_bytes(setup)
+    fp32 = setup.precision == "fp32"
+    norm_out = 4 if (is_amp(setup) and spec.norm == "layernorm") else c
+    residual = 0 if (spec.norm == "layernorm" or fp32) else r * h
+    mlp_in_kept = fp32 and any(lin.reads == "mlp_in" for lin in adapted)
+    held = c * h if spec.model_type == "gpt2" else 0  # GPT2Block keeps ``attn_output`` in a local
+    return residual + (0 if mlp_in_kept else norm_out * h) + held
+
+
+def _lora_inside_mlp_in(spec: ModelSpec, setup: TrainingSetup, adapted) -> int:
+    """Bytes per token beyond the layer's saved tensors inside its widest adapted MLP input projection
+    (out width ``o``): the base output and the adapter's output and scaled copy being added (16-bit
+    without autocast and fp32: 4·o each, under autocast 2·o each, plus the temporary fp32 copy of x, 4·h),
+    less the saved tensors not made yet: the projection's own result, the output projection's adapter
+    input, and what the activation keeps after it (Phi-3's fused gate_up: act(gate); gelu_new: 3 of its
+    formula tensors)."""
+    wide = max((lin.fout for lin in adapted if lin.reads == "mlp_in"), default=0)
+    if not wide:
+        return 0
+    h, c, i = spec.hidden_size, compute_bytes(setup), spec.intermediate_size
+    amp = is_amp(setup)
+    down = [lin for lin in adapted if lin.reads == "mlp_act"]
+    later = (2 if amp else 4) * down[0].fin if down else 0
+    if spec.model_type == "phi3":
+        later += c * i
+    elif spec.hidden_act == "gelu_new" and not spec.mlp_gated:
+        later += 3 * c * i
+    return (4 * h + 4 * wide if amp else 8 * wide) - later
+
+
+def lora_recompute_frame_bytes(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> int:
+    """Peak bytes beyond a LoRA layer's saved tensors while non-reentrant checkpointing recomputes it
+    (traced, tests/trace/test_lora_trace.py), for T tokens: the frames of the MLP
+    (:func:`_lora_mlp_frame_per_token`); when the MLP output projection is adapted, its lora_B backward
+    is what starts the recomputation, with the gradient of the adapted output alive ((4 + c)·h in 16 bits
+    without autocast: the fp32 sum ``result + lora_B(...) * scaling`` and its 16-bit input; c·h under
+    autocast; 4·h in fp32); then the larger of the stop at that lora_B (its frame holds the product c·i,
+    in fp32 kept anyway, the base output c·h and, under autocast, the product's fp32 copy 4·i of which
+    lora_A keeps a 16-bit cast) and the inside of the widest adapted MLP input projection
+    (:func:`_lora_inside_mlp_in`).
+    """
+    from trainmem.model.lora_targets import targeted_layer_linears
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    h, c = spec.hidden_size, compute_bytes(setup)
+    amp, fp32 = is_amp(setup), setup.precision == "fp32"
+    adapted = targeted_layer_linears(spec, setup.lora_targets, layer_idx)
+    per_token = _lora_mlp_frame_per_token(spec, setup, adapted)
+    down = [lin for lin in adapted if lin.reads == "mlp_act"]
+    if down:
+        i = down[0].fin
+        per_token += 4 * h if fp32 else (c * h if amp else (4 + c) * h)
+        stop = (0 if fp32 else c * i) + c * h + (4 * i if amp else 0)
+    else:
+        stop = 0
+    per_token += max(stop, _lora_inside_mlp_in(spec, setup, adapted), 0)
+    div = setup.tp if setup.sp else 1
+    return per_token * T // div
+
+
+def lora_forward_frame_bytes(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> int:
+    """Peak bytes beyond a LoRA layer's saved tensors during its forward (traced): inside the adapted MLP
+    output projection (the layer's last op), the frames hold the layer's input (the model's loop variable,
+    r·h) and, without input grads, the embedding output (``inputs_embeds``, r·h; frozen layers do not keep
+    either), the post-attention residual (RMSNorm families), the norm output (c·h) and the product (c·i;
+    fp32: kept by lora_A anyway); the adapted linear its input's fp32 copy (autocast: a temporary, 4·i),
+    the base output (c·h) and the adapter's output and its scaled copy (2·e·h, e = 2 under autocast,
+    else 4)."""
+    from trainmem.model.lora_targets import targeted_layer_linears
+    adapted = targeted_layer_linears(spec, setup.lora_targets, layer_idx)
+    down = [lin for lin in adapted if lin.reads == "mlp_act"]
+    if not down and not any(lin.reads == "mlp_in" for lin in adapted):
+        return 0
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    h, c, r = spec.hidden_size, compute_bytes(setup), residual_bytes(setup)
+    amp, fp32 = is_amp(setup), setup.precision == "fp32"
+    per_token = _lora_mlp_frame_per_token(spec, setup, adapted)
+    stop = 0
+    if down:
+        i = down[0].fin
+        stop = (0 if fp32 else c * i) + (4 * i if amp else 0) + c * h + 2 * (2 if amp else 4) * h
+    per_token += max(stop, _lora_inside_mlp_in(spec, setup, adapted))
+    per_token += r * h * (1 if lora_input_requires_grad(setup) else 2)
+    return per_token * T // (setup.tp if setup.sp else 1)
+
+
+def lora_head_frame_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """LoRA: the final norm's output, which the frozen LM head does not keep, is still held by the model's
+    forward while the loss is computed (c·h per token; LayerNorm under autocast: fp32)."""
+    if not setup.is_lora or spec.is_encoder:
+        return 0
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    elem = 4 if (is_amp(setup) and spec.norm == "layernorm") else compute_bytes(setup)
+    return elem * spec.hidden_size * T // (setup.tp if setup.sp else 1)
 
 
 def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -398,14 +638,23 @@ def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     return out
 
 
-def head_saved(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """Final norm + LM-head input kept for backward (the logits and loss are in :mod:`loss`)."""
+def head_saved(spec: ModelSpec, setup: TrainingSetup, lm_input: bool = True) -> int:
+    """Final norm + LM-head input kept for backward (the logits and loss are in :mod:`loss`);
+    ``lm_input=False``: the final norm's only (a fused linear cross-entropy keeps no head input)."""
     T = setup.micro_batch * setup.seq_len // setup.cp
     h = spec.hidden_size
     norm = _norm_saved_per_elem(spec, setup) * h
-    lm_in = (2.0 if is_amp(setup) else float(residual_bytes(setup))) * h
+    lm_in = (2.0 if is_amp(setup) else float(residual_bytes(setup))) * h if lm_input else 0.0
+    if setup.is_lora:  # frozen LM head: no input kept; frozen final RMSNorm weight (see _lora_terms)
+        lm_in = 0.0
+        if spec.norm == "rmsnorm":
+            norm = (4.0 + 4.0 / h) * h
     if spec.is_encoder:
         # MLM head: transform dense (input kept), gelu (input kept), LayerNorm (input kept), decoder input
         c = compute_bytes(setup)
         return int(T * (lm_in + 2 * c * h + _norm_saved_per_elem(spec, setup) * h + lm_in))
+    if setup.sp and setup.engine == "fsdp2":
+        # SequenceParallel final norm: its kept tensors are sequence shards; the LM head (ColwiseParallel,
+        # input Shard(1)) saves the all-gathered, full-sequence input (trace/tp.py)
+        norm /= setup.tp
     return int(T * (norm + lm_in))

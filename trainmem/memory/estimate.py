@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from trainmem.errors import UnsupportedError
 from trainmem.hardware import GPU, get_gpu
 from trainmem.memory.activations import (LayerSaved, compute_bytes, embedding_saved, head_saved, is_amp,
-                                         layer_saved, lora_recompute_frame_bytes, model_wide_saved_bytes,
+                                         layer_saved, lora_forward_frame_bytes, lora_head_frame_bytes,
+                                         lora_recompute_frame_bytes,
+                                         model_wide_saved_bytes,
                                          residual_bytes, sdpa_math_fallback)
 from trainmem.memory.loss import loss_buffers
 from trainmem.memory.overhead import cuda_only_allocated_bytes, device_total_bytes, reserved_bytes
@@ -138,6 +140,9 @@ def _model_states(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list
         if e == "fsdp2":
             notes.append("fsdp2 with tensor parallelism only (dp = cp = 1): no fully_shard, as torchtitan runs it; "
                          "each rank holds its TP shard of parameters, gradients and optimizer states")
+            if s.precision in ("amp-bf16", "amp-fp16"):  # activations.tp_only_fp32
+                notes.append("fsdp2 with tensor parallelism only: torchtitan disables mixed precision without "
+                             "FSDP (maybe_enable_amp), so the amp recipe computes in fp32")
         st.params = base + T * train_elem
         st.grad_elem = train_elem
         st.states = optimizer_state_bytes(s, T, train_elem, spec)
@@ -370,6 +375,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     # width h alive together, traced); nn.LayerNorm's fused backward makes one input gradient.
     norm_bwd = (12 if spec.norm == "rmsnorm" else r) * T_tok * h // (s.tp if s.sp else 1)
     mlp_bwd_extra = 2 * c
+    final_norm_bwd = (16 if spec.norm == "rmsnorm" else r) * T_tok * h // (s.tp if s.sp else 1)
     if spec.hidden_act == "gelu_new" and amp:
         mlp_bwd_extra = 14 - c
     a_, kv_, d_, dv_ = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
@@ -504,7 +510,9 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 bulk_forward(mb, bulk_of[j])
                 continue
             unit_gather(f"unit{idx}", layer_params[j], layer_experts[j])
-            tl.spike(f"fwdtmp{mb}.{idx}", "activations", fwd_tmp + (saved[j] if recompute == "full" else 0))
+            lora_tmp = lora_forward_frame_bytes(spec, s, idx) if s.is_lora else 0  # (inside its adapted down_proj)
+            tl.spike(f"fwdtmp{mb}.{idx}", "activations", (max(fwd_tmp, lora_tmp) + saved[j]) if recompute == "full"
+                     else fwd_tmp)
             if recompute != "full":
                 prod, mlp_rest, early, attn = kept_parts(j)
                 nrm = min(attn, norm_part) if recompute == "none" else 0
@@ -519,6 +527,8 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             tl.alloc(f"wcopy{mb}.{idx}.d", "activations", c_down)
             tl.alloc(f"wcopy{mb}.{idx}.m", "activations", c_mlp)
             tl.alloc(f"wcopy{mb}.{idx}", "activations", c_attn)
+            if lora_tmp and recompute != "full":
+                tl.spike(f"lorafwd{mb}.{idx}", "activations", lora_tmp)
             if (fsdp and s.zero == 3) or zero3:
                 tl.free(f"unit{idx}")
         if vpp_factor:
@@ -526,14 +536,14 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
         if last:
             tl.mark(f"loss mb{mb}")
             fused = s.loss == "fused-linear"
-            tl.alloc(f"head{mb}", "activations", 0 if fused else head_saved(spec, s))
+            tl.alloc(f"head{mb}", "activations", head_saved(spec, s, lm_input=not fused))
             tl.alloc(f"hcopy{mb}", "activations", 0 if fused else head_copy)
             if fused and head_train:
                 # Liger computes the LM head's weight gradient in the forward; it becomes its .grad
                 grad_alloc("g_head", head_train, mb)
             tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
             tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
-            tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes)
+            tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes + lora_head_frame_bytes(spec, s))
             if s.loop == "trainer":
                 # HF Trainer's compute_loss returns the loss only (torchtitan: ``del pred``; Megatron returns
                 # the loss): the model output dies here; the loss graph keeps no reference to the logits
@@ -626,8 +636,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
                 # and the embedding's own backward adds to it at the very end
                 grad_alloc("g_emb", emb_train, mb)
             tl.free(f"glogits{mb}")
-            tl.free(f"head{mb}")
             tl.free(f"hcopy{mb}")
+            # the final norm's backward, its saved tensors still alive: RMSNorm differentiates its fp32
+            # arithmetic with the LM head's input gradient upcast (four fp32 b·s·h tensors, traced)
+            tl.spike(f"finalnormbwd{mb}", "temporaries", final_norm_bwd)
+            tl.free(f"head{mb}")
         tl.alloc(f"gstream{mb}", "temporaries", r * T_tok * h // (s.tp if s.sp else 1))
         if e == "deepspeed" and s.zero in (1, 2) and s.precision != "fp32" and not tl.has("ipg_buffer"):
             # contiguous_gradients: one 16-bit reduce bucket (ipg buffer) of reduce_bucket_size elements,
@@ -829,7 +842,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
     breakdown = dict(tl.peak_breakdown) or {c: 0 for c in CATEGORIES}
     breakdown["other"] = breakdown.get("other", 0) + cuda_only
     peak = tl.peak + cuda_only
-    reserved = reserved_bytes(peak)
+    reserved = reserved_bytes(peak, tl.current + cuda_only, cuda_only)
     total = device_total_bytes(reserved, setup)
     static = tl.current + cuda_only
     notes.extend(_base_assumptions(spec, setup))

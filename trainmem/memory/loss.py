@@ -50,7 +50,7 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
         return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=0,
                            backward_transient_bytes=2 * c * n, grad_logits_bytes=0)
     if setup.loss_parallel:
-        return _dtensor_loss_parallel(spec, setup, n, c)
+        return _sp_final_norm_shard(spec, setup, _dtensor_loss_parallel(spec, setup, n, c))
     if setup.loss == "chunked":
         return _chunked(spec, setup, n, c)
     if setup.loss == "fused-linear":
@@ -59,8 +59,23 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     if spec.final_logit_softcapping:
         kept += c * n  # tanh output kept for backward; division by the cap keeps nothing
     fwd = 4 * n if c == 2 else 0
-    return LossBuffers(logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=fwd,
-                       backward_transient_bytes=8 * n, grad_logits_bytes=c * n if c == 2 else 0)
+    return _sp_final_norm_shard(spec, setup, LossBuffers(
+        logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=fwd, backward_transient_bytes=8 * n,
+        grad_logits_bytes=c * n if c == 2 else 0))
+
+
+def _sp_final_norm_shard(spec: ModelSpec, setup: TrainingSetup, lb: LossBuffers) -> LossBuffers:
+    """fsdp2 + tp with SequenceParallel: the final norm's output is a sequence shard that the LM head
+    all-gathers (and keeps gathered); the shard itself stays referenced by ``*ForCausalLM.forward``
+    (``hidden_states``) until the loss inside it returns: r·b·s·h/tp more during the loss forward (traced)."""
+    if not (setup.sp and setup.engine == "fsdp2"):
+        return lb
+    from dataclasses import replace
+
+    from trainmem.memory.activations import residual_bytes
+    tokens = setup.micro_batch * setup.seq_len // setup.cp
+    shard = residual_bytes(setup) * tokens * spec.hidden_size // setup.tp
+    return replace(lb, forward_transient_bytes=lb.forward_transient_bytes + shard)
 
 
 def _dtensor_loss_parallel(spec: ModelSpec, setup: TrainingSetup, n: int, c: int) -> LossBuffers:
@@ -71,8 +86,14 @@ def _dtensor_loss_parallel(spec: ModelSpec, setup: TrainingSetup, n: int, c: int
     log-softmax (fp32) is kept; ``_log_softmax_backward_data`` makes ``exp(output)`` and the input gradient
     on top of the nll gradient: three fp32 V/t buffers at the loss backward (traced with MemTracker)."""
     kept = 4 * n + (c * n if spec.final_logit_softcapping else 0)
-    return LossBuffers(logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=(8 if c == 2 else 4) * n,
-                       backward_transient_bytes=12 * n, grad_logits_bytes=c * n if c == 2 else 0)
+    # per token (not per vocabulary entry): the nll handler keeps the int64 target for backward (8 B), and
+    # its backward's masked/offset targets (3 × int64), per-token fp32 values (2 × 4) and the ignore mask
+    # (bool) are alive with the three V/t buffers: 33 B (traced; visible only on toy vocabularies)
+    # (forward: the nll handler's safe/offset targets and per-token results, 20 B a token, with the V/t buffers)
+    tokens = setup.micro_batch * setup.seq_len // setup.cp
+    kept += 8 * tokens
+    return LossBuffers(logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=(8 if c == 2 else 4) * n + 20 * tokens,
+                       backward_transient_bytes=12 * n + 33 * tokens, grad_logits_bytes=c * n if c == 2 else 0)
 
 
 def _chunked(spec: ModelSpec, setup: TrainingSetup, n: int, c: int) -> LossBuffers:

@@ -6,12 +6,18 @@ from trainmem.memory.estimate import MemoryEstimate, estimate
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
-__all__ = ["max_micro_batch"]
+__all__ = ["max_micro_batch", "MICRO_BATCH_CAP"]
+
+MICRO_BATCH_CAP = 2**20
+"""The search stops at 1,048,576 sequences (= ``trainmem.api.STEP_LIMITS["micro_batch"]``); a result
+equal to the cap means "at least this many" (reported as ``capped``)."""
 
 
-def max_micro_batch(spec: ModelSpec, setup: TrainingSetup, limit: int = 4096) -> tuple[int, MemoryEstimate | None]:
-    """Largest micro-batch whose ``device_total_bytes`` fits the GPU (0 if none). Memory grows
-    monotonically with the micro-batch, so exponential search then bisection."""
+def max_micro_batch(spec: ModelSpec, setup: TrainingSetup,
+                    limit: int = MICRO_BATCH_CAP) -> tuple[int, MemoryEstimate | None]:
+    """Largest micro-batch ≤ ``limit`` whose ``device_total_bytes`` fits the GPU (0 if none; ``limit``
+    itself when that fits: larger ones were not tried). Memory grows monotonically with the
+    micro-batch, so exponential search then bisection (~2·log2(limit) estimates)."""
 
     def at(mb: int) -> MemoryEstimate:
         return estimate(spec, setup.model_copy(update={"micro_batch": mb}))
@@ -20,13 +26,14 @@ def max_micro_batch(spec: ModelSpec, setup: TrainingSetup, limit: int = 4096) ->
     if not first.fits:
         return 0, None
     lo, lo_est, hi = 1, first, 2
-    while hi <= limit:
+    while True:
+        if lo >= limit:
+            return lo, lo_est
+        hi = min(hi, limit)
         e = at(hi)
         if not e.fits:
             break
         lo, lo_est, hi = hi, e, hi * 2
-    else:
-        return lo, lo_est
     while hi - lo > 1:
         mid = (lo + hi) // 2
         e = at(mid)

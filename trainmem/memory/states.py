@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.memory.activations import lora_shapes
+from trainmem.model.lora_targets import lora_param_count_model
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 from trainmem.units import round_up_bytes
@@ -43,9 +43,13 @@ class RankParams:
     n_layers_stage: int = 0
 
 
-def lora_param_count(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """LoRA adapter parameters in one layer: rank·(in + out) per targeted linear."""
-    return sum(setup.lora_rank * (fin + fout) for fin, fout in lora_shapes(spec, setup.lora_targets))
+def lora_param_count(spec: ModelSpec, setup: TrainingSetup, layers: range | None = None,
+                     outside_layers: bool = True) -> int:
+    """LoRA adapter parameters, rank·(in + out) per adapted linear (PEFT lora_A/lora_B, bias="none"), over
+    ``layers`` (default: all) plus, with ``outside_layers``, adapted linears outside the decoder layers
+    (BERT/RoBERTa's MLM transform); equal to PEFT's ``get_nb_trainable_parameters()``
+    (tests/model/test_lora_targets.py)."""
+    return lora_param_count_model(spec, setup.lora_targets, setup.lora_rank, layers, outside_layers)
 
 
 def stage_layers(n_layers: int, pp: int, stage: int) -> range:
@@ -80,7 +84,7 @@ def rank_params(spec: ModelSpec, setup: TrainingSetup, stage: int = 0) -> RankPa
         if spec.tie_word_embeddings and setup.pp > 1:
             head += pc.embedding // tp  # untied copy on the last stage (Megatron keeps both)
     total = emb + head + sum(per_layer)
-    lora = lora_param_count(spec, setup) * len(layers) if setup.is_lora else 0
+    lora = lora_param_count(spec, setup, stage_layers(spec.num_layers, setup.pp, stage), last) if setup.is_lora else 0
     mm = sum(per_layer_mm)
     head_mm = (pc.lm_head // tp) if last and pc.lm_head else 0
     if last and spec.tie_word_embeddings:

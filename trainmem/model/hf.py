@@ -14,6 +14,12 @@ post-feedforward; BERT's two LayerNorms). ``matmul`` counts the weights that ent
 ``F.linear``). A missing ``hidden_size``/``num_hidden_layers`` (and, for a top-level config,
 ``num_attention_heads``/``vocab_size``) is an error, not a default: ``config.json`` files always
 carry them; only the ``text_config`` nested in a gemma3 config is written sparsely.
+
+A config is checked as transformers' strict config classes and modules would check it (one
+``ConfigError`` line naming the field and value): integer fields are ints within ``_BOUNDS`` (sizes
+positive, size guards above any real model), booleans are booleans, heads divide hidden where the
+family requires it and kv heads divide heads, the activation is an ``ACT2FN`` key, the RoPE type a
+``ROPE_INIT_FUNCTIONS`` key, and a MoE routes 1 ≤ top-k ≤ experts (:func:`_check_model`).
 """
 
 from __future__ import annotations
@@ -25,10 +31,55 @@ from typing import Any
 from trainmem.errors import ConfigError, UnsupportedError
 from trainmem.model.spec import LayerParams, ModelSpec, ParamCounts
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "spec_from_hf_config"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "KNOWN_ACTIVATIONS", "KNOWN_ROPE_TYPES", "MAX_LAYERS", "spec_from_hf_config"]
 
 _Pair = tuple[int, int]
 """(parameters, of which matmul weights)."""
+
+MAX_LAYERS = 2048
+"""Size guard: the largest models published have ~130 layers (Llama-3.1-405B: 126; DeepNet: 1000).
+Beyond a few thousand heterogeneous layers with recompute the estimate takes seconds (it grows
+faster than linearly there), so 2048 keeps every estimate well under a second or two."""
+_WIDTH, _HEADS, _VOCAB, _EXPERTS, _POSITIONS = 2**20, 2**16, 2**24, 2**20, 2**32
+"""Size guards with wide headroom: hidden/FFN widths ≤ 1,048,576 (largest real ~ 53k), heads and
+head dims ≤ 65,536, vocabularies ≤ 16.8M (largest real ~ 262k), experts ≤ 1,048,576 (PEER's
+"million experts"), positions ≤ 4.3G (Llama 4 Scout: 10M)."""
+
+_BOUNDS: dict[str, tuple[int, int | None]] = {
+    # (smallest, largest) accepted value of an integer field; other fields: >= 0, no upper limit.
+    **dict.fromkeys(("hidden_size", "n_embd", "n_embed"), (1, _WIDTH)),
+    **dict.fromkeys(("num_hidden_layers", "n_layer"), (1, MAX_LAYERS)),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads"), (1, _HEADS)),
+    **dict.fromkeys(("head_dim", "v_head_dim", "qk_rope_head_dim", "kv_lora_rank", "q_lora_rank"), (1, _HEADS)),
+    "qk_nope_head_dim": (0, _HEADS),
+    "vocab_size": (1, _VOCAB),
+    **dict.fromkeys(("intermediate_size", "n_inner", "ffn_hidden_size", "moe_intermediate_size"), (1, _WIDTH)),
+    "shared_expert_intermediate_size": (0, _WIDTH),
+    **dict.fromkeys(("max_position_embeddings", "n_positions"), (1, _POSITIONS)),
+    "type_vocab_size": (1, _HEADS),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts"), (0, _EXPERTS)),
+    "n_shared_experts": (0, _HEADS),
+    "num_experts_per_tok": (1, _EXPERTS),
+    "decoder_sparse_step": (1, MAX_LAYERS),
+    "first_k_dense_replace": (0, MAX_LAYERS),
+    **dict.fromkeys(("n_group", "topk_group"), (1, _EXPERTS)),
+}
+
+#: ``transformers.activations.ACT2FN`` keys of transformers 5.24 (kept here: the core imports no torch;
+#: tests/model/test_hf.py checks the list against the installed transformers).
+KNOWN_ACTIVATIONS: frozenset[str] = frozenset((
+    "gelu", "gelu_10", "gelu_accurate", "gelu_fast", "gelu_new", "gelu_python", "gelu_python_tanh",
+    "gelu_pytorch_tanh", "hardswish", "laplace", "leaky_relu", "linear", "mish", "prelu", "quick_gelu",
+    "relu", "relu2", "relu6", "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh", "xielu"))
+#: ``transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS`` keys of transformers 5.24, plus "default"
+#: (the plain RoPE, computed by each model's rotary embedding).
+KNOWN_ROPE_TYPES: frozenset[str] = frozenset((
+    "default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"))
+#: Families whose config class checks ``hidden_size % num_attention_heads`` even when head_dim is
+#: given (``validate_architecture`` of llama, gemma2, gemma3, deepseek_v2, gpt_neox; gpt2, falcon,
+#: bert and roberta derive head_dim and raise in their attention modules).
+_HEADS_DIVIDE_HIDDEN = frozenset(("llama", "gemma2", "gemma3_text", "deepseek_v2", "gpt_neox", "gpt2",
+                                  "falcon", "bert", "roberta"))
 
 
 def _linear(n_in: int, n_out: int, bias: bool) -> _Pair:
@@ -75,6 +126,11 @@ class _Config:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{self.where} (model_type {self.model_type!r}): {key}={value!r} "
                               "is not a non-negative integer")
+        low, high = _BOUNDS.get(key, (0, None))
+        if value < low:
+            raise ConfigError(f"{self.where}: {key}({value}) must be >= {low}")
+        if high is not None and value > high:
+            raise ConfigError(f"{self.where}: {key}({value:,}) is above trainmem's limit of {high:,}")
         return value
 
     def opt_int(self, key: str, default: int | None) -> int | None:
@@ -84,8 +140,14 @@ class _Config:
         return None if self.raw[key] is None else self.get_int(key)
 
     def flag(self, key: str, default: bool) -> bool:
+        """A boolean field; null takes the default; anything but true/false is refused (as the
+        strict config classes of transformers 5 do: ``"yes"`` or ``1`` is not a bool)."""
         value = self.raw.get(key, default)
-        return default if value is None else bool(value)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ConfigError(f"{self.where}: {key}={value!r} is not a boolean (true or false)")
+        return value
 
     def num(self, key: str, default: float | None) -> float | None:
         """A float field (dropout, softcapping); null stays None."""
@@ -217,7 +279,10 @@ def _moe_of(c: _Config, num_layers: int, inter: int) -> _Moe | None:
         default_e, default_k, default_i = (60, 4, 1408) if mt == "qwen2_moe" else (128, 8, 768)
         e = c.get_int("num_experts", c.get_int("num_local_experts", default_e))
         step = c.get_int("decoder_sparse_step", 1)
-        only_dense = set(c.get("mlp_only_layers") or [])
+        only_dense = c.get("mlp_only_layers") or []
+        if not isinstance(only_dense, list) or not all(type(i) is int for i in only_dense):
+            raise ConfigError(f"{c.where}: mlp_only_layers={only_dense!r} is not a list of layer indices")
+        only_dense = set(only_dense)
         # Qwen2MoeDecoderLayer: MoE iff not in mlp_only_layers and num_experts>0 and (i+1) % step == 0
         moe_layers = tuple(i for i in range(num_layers)
                            if i not in only_dense and e > 0 and step > 0 and (i + 1) % step == 0)
@@ -309,8 +374,8 @@ def _head_dim(c: _Config, f: _Family, h: int, heads: int) -> int:
     if f.head_dim is not None and not c.has("head_dim"):
         return f.head_dim
     if heads == 0 or h % heads:
-        raise ConfigError(f"{c.where}: hidden_size({h}) % num_attention_heads({heads}) != 0 "
-                          "and no head_dim given")
+        raise ConfigError(f"{c.where}: num_attention_heads({heads}) does not divide hidden_size({h}) "
+                          "and no head_dim is given")
     return h // heads
 
 
@@ -389,7 +454,7 @@ def _gpt2(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
     layer = LayerParams(attention=attention[0], norms=norms, mlp=mlp[0], matmul=attention[1] + mlp[1])
     tie = c.flag("tie_word_embeddings", True)
     if heads == 0 or h % heads:
-        raise ConfigError(f"{c.where}: n_embd({h}) % n_head({heads}) != 0")
+        raise ConfigError(f"{c.where}: n_head({heads}) does not divide n_embd({h})")
     return ModelSpec(
         name=name, model_type="gpt2", architecture="GPT2LMHeadModel", hidden_size=h,
         num_layers=num_layers, num_attention_heads=heads, num_kv_heads=heads, head_dim=h // heads,
@@ -417,7 +482,7 @@ def _gpt_neox(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
     layer = LayerParams(attention=attention[0], norms=4 * h, mlp=mlp[0], matmul=attention[1] + mlp[1])
     tie = c.flag("tie_word_embeddings", False)
     if heads == 0 or h % heads:
-        raise ConfigError(f"{c.where}: hidden_size({h}) % num_attention_heads({heads}) != 0")
+        raise ConfigError(f"{c.where}: num_attention_heads({heads}) does not divide hidden_size({h})")
     return ModelSpec(
         name=name, model_type="gpt_neox", architecture="GPTNeoXForCausalLM", hidden_size=h,
         num_layers=num_layers, num_attention_heads=heads, num_kv_heads=heads, head_dim=h // heads,
@@ -442,7 +507,7 @@ def _falcon(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
     heads = c.get_int("num_attention_heads", required=True)
     vocab = c.get_int("vocab_size", required=True)
     if heads == 0 or h % heads:
-        raise ConfigError(f"{c.where}: hidden_size({h}) % num_attention_heads({heads}) != 0")
+        raise ConfigError(f"{c.where}: num_attention_heads({heads}) does not divide hidden_size({h})")
     d = h // heads
     new_arch = c.flag("new_decoder_architecture", False)
     multi_query = c.flag("multi_query", True)
@@ -505,7 +570,7 @@ def _bert(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
     tie = c.flag("tie_word_embeddings", True)
     head = h * h + h + 2 * h + vocab + (0 if tie else vocab * h + vocab)
     if heads == 0 or h % heads:
-        raise ConfigError(f"{c.where}: hidden_size({h}) % num_attention_heads({heads}) != 0")
+        raise ConfigError(f"{c.where}: num_attention_heads({heads}) does not divide hidden_size({h})")
     return ModelSpec(
         name=name, model_type=c.model_type,
         architecture="RobertaForMaskedLM" if roberta else "BertForMaskedLM", hidden_size=h,
@@ -518,6 +583,73 @@ def _bert(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
         params=ParamCounts(embedding=vocab * h, position_embedding=(positions + token_types) * h,
                            layers=(layer,) * num_layers, final_norm=2 * h, lm_head=head),
         source=source, hf_config=dict(c.raw))
+
+
+# --------------------------------------------------------------------------- checks
+_ACT_KEY = {"gpt2": "activation_function", "falcon": "activation",
+            **{mt: f.act_key for mt, f in _FAMILIES.items()}}
+"""The config key of the activation, per model_type (default ``hidden_act``)."""
+
+
+def _check_model(c: _Config, spec: ModelSpec) -> None:
+    """What transformers' config classes and modules refuse (or crash on), as one ConfigError line:
+    head arithmetic, activation and RoPE names, expert counts and top-k. The per-field types and
+    ranges are checked as the fields are read (:meth:`_Config.get_int`, :meth:`_Config.flag`)."""
+    w, h, a, kv = c.where, spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads
+    if spec.model_type in _HEADS_DIVIDE_HIDDEN and h % a:
+        raise ConfigError(f"{w}: num_attention_heads({a}) does not divide hidden_size({h})")
+    # repeat_kv: each kv head serves a // kv query heads (MLA builds k and v per query head: no kv heads)
+    if spec.kv_lora_rank is None and a % kv:
+        raise ConfigError(f"{w}: num_key_value_heads({kv}) does not divide num_attention_heads({a})")
+    act_key = _ACT_KEY.get(spec.model_type, "hidden_act")
+    if spec.hidden_act not in KNOWN_ACTIVATIONS:
+        raise ConfigError(f"{w}: {act_key}={c.get(act_key, spec.hidden_act)!r} is not an activation of "
+                          f"transformers (ACT2FN): {', '.join(sorted(KNOWN_ACTIVATIONS))}")
+    if spec.position == "rope":
+        _check_rope(c, spec)
+    if spec.moe_layer_indices:
+        e, k = spec.num_experts, spec.num_experts_per_tok
+        e_key = {"mixtral": "num_local_experts", "deepseek_v2": "n_routed_experts",
+                 "deepseek_v3": "n_routed_experts"}.get(spec.model_type, "num_experts")
+        if e < 1:
+            raise ConfigError(f"{w}: a mixture-of-experts model needs at least one expert, got {e_key}({e})")
+        if not 1 <= k <= e:
+            raise ConfigError(f"{w}: num_experts_per_tok({k}) is not between 1 and {e_key}({e})")
+        groups = c.opt_int("n_group", None) if spec.model_type == "deepseek_v3" else None
+        if groups:  # DeepseekV3TopkRouter: scores viewed as (n_group, E // n_group), topk_group groups kept
+            top_groups = c.opt_int("topk_group", None) or groups
+            if e % groups:
+                raise ConfigError(f"{w}: n_group({groups}) does not divide n_routed_experts({e})")
+            if top_groups > groups or k > top_groups * (e // groups):
+                raise ConfigError(f"{w}: topk_group({top_groups}) of n_group({groups}) groups of {e // groups} "
+                                  f"experts cannot route num_experts_per_tok({k})")
+
+
+def _check_rope(c: _Config, spec: ModelSpec) -> None:
+    """``rope_scaling`` (or transformers 5's ``rope_parameters``, maybe one dict per layer type): a
+    JSON object whose ``rope_type`` (or legacy ``type``) is a known one; a fully rotated head has an
+    even dimension (``RotaryEmbeddingConfigMixin.validate_rope``)."""
+    key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
+    params = c.get(key)
+    if params is None:
+        params = {}
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"{c.where}: {key}={params!r} is not a JSON object")
+    nested = bool(params) and all(isinstance(v, Mapping) or v is None for v in params.values())
+    for sub in (params.values() if nested else (params,)):
+        if sub is None:
+            continue
+        rope_type = sub.get("rope_type", sub.get("type", "default"))
+        if not isinstance(rope_type, str) or rope_type not in KNOWN_ROPE_TYPES:
+            raise ConfigError(f"{c.where}: {key}.rope_type={rope_type!r} is not a RoPE type of transformers: "
+                              + ", ".join(sorted(KNOWN_ROPE_TYPES)))
+        factor = sub.get("factor")
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                                   or not factor > 0):
+            raise ConfigError(f"{c.where}: {key}.factor={factor!r} is not a positive number")
+    d = spec.head_dim
+    if spec.model_type in _FAMILIES and d > 4 and d % 2 and c.get("partial_rotary_factor", 1.0) == 1.0:
+        raise ConfigError(f"{c.where}: RoPE needs an even rotary dimension, got head_dim({d})")
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -554,4 +686,7 @@ def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str = "") 
     if builder is None:
         raise UnsupportedError(f"model_type {model_type!r} is not supported; supported: "
                                + ", ".join(SUPPORTED_MODEL_TYPES))
-    return builder(_Config(cfg, str(model_type), where), name, source, top_level)
+    c = _Config(cfg, str(model_type), where)
+    spec = builder(c, name, source, top_level)
+    _check_model(c, spec)
+    return spec

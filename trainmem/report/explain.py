@@ -12,7 +12,7 @@ from trainmem.memory.activations import layer_saved
 from trainmem.memory.estimate import MemoryEstimate
 from trainmem.memory.loss import loss_buffers
 from trainmem.model.spec import ModelSpec
-from trainmem.report.i18n import t
+from trainmem.report.i18n import t, tr
 from trainmem.setup import TrainingSetup
 from trainmem.units import GB, GiB
 
@@ -94,18 +94,19 @@ def print_explain(spec: ModelSpec, setup: TrainingSetup, est: MemoryEstimate, la
     con = console or Console()
     tab = Table(title=t("explain_title", lang), show_lines=True)
     for col in (t("category", lang), "GiB", t("formula", lang), t("source", lang)):
-        tab.add_column(col)
+        tab.add_column(col, overflow="fold")
     for ln in explain_lines(spec, setup, est):
-        tab.add_row(t(ln.category, lang), f"{ln.bytes / GiB:.2f}", ln.formula, ln.source)
+        tab.add_row(t(ln.category, lang), f"{ln.bytes / GiB:.2f}", _esc(tr(ln.formula, lang)),
+                    _esc(tr(ln.source, lang)))
     con.print(tab)
     acc_tab = Table(title=t("acc_title", lang))
     for col in (t("accounting", lang), "GB (10⁹)", "GiB", t("why", lang)):
-        acc_tab.add_column(col)
+        acc_tab.add_column(col, overflow="fold")
     for name, b, why in accountings(spec, setup):
-        acc_tab.add_row(name, f"{b / GB:.2f}", f"{b / GiB:.2f}", why)
+        acc_tab.add_row(_esc(tr(name, lang)), f"{b / GB:.2f}", f"{b / GiB:.2f}", _esc(tr(why, lang)))
     st = sum(est.breakdown_at_peak_bytes.get(k, 0) for k in ("parameters", "master_weights", "gradients", "optimizer_states"))
-    acc_tab.add_row("trainmem (at the peak, this engine)", f"{st / GB:.2f}", f"{st / GiB:.2f}",
-                    "what the engine allocates, at the moment of the peak; buckets and activations listed separately")
+    why = "what the engine allocates, at the moment of the peak; buckets and activations listed separately"
+    acc_tab.add_row(tr("trainmem (at the peak, this engine)", lang), f"{st / GB:.2f}", f"{st / GiB:.2f}", tr(why, lang))
     con.print(acc_tab)
     s = setup
     seed = acc.seed_activation_bytes(s.micro_batch, s.seq_len, spec.hidden_size, spec.num_layers)
@@ -114,8 +115,19 @@ def print_explain(spec: ModelSpec, setup: TrainingSetup, est: MemoryEstimate, la
     ours = layer_saved(spec, s, 0).total_bytes * spec.num_layers
     act = Table(title=t("act_title", lang))
     for col in (t("formula", lang), "GiB", t("note", lang)):
-        act.add_column(col)
-    act.add_row("seed: b·s·h·L·2", f"{seed / GiB:.2f}", "one hidden state per layer: far too low (the seed's '512 MB' is 512 MiB)")
-    act.add_row("Korthikanti 2022: s·b·h·(34 + 5as/h)·L", f"{kor / GiB:.2f}", "GPT block without flash attention; HF blocks keep more per token but no s² with sdpa")
-    act.add_row("trainmem (this model, this recipe)", f"{ours / GiB:.2f}", "from what the transformers modules save; see the activations line above")
+        act.add_column(col, overflow="fold")
+    rows = [
+        ("seed: b·s·h·L·2", seed, "one hidden state per layer: far too low (the seed's '512 MB' is 512 MiB)"),
+        ("Korthikanti 2022: s·b·h·(34 + 5as/h)·L", kor,
+         "GPT block without flash attention; HF blocks keep more per token but no s² with sdpa"),
+        ("trainmem (this model, this recipe)", ours,
+         "from what the transformers modules save; see the activations line above"),
+    ]
+    for formula, b, note in rows:
+        act.add_row(_esc(tr(formula, lang)), f"{b / GiB:.2f}", _esc(tr(note, lang)))
     con.print(act)
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+    return escape(text)

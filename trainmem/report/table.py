@@ -8,11 +8,11 @@ from rich.table import Table
 from trainmem.memory.estimate import MemoryEstimate
 from trainmem.memory.timeline import CATEGORIES
 from trainmem.model.spec import ModelSpec
-from trainmem.report.i18n import t
+from trainmem.report.i18n import t, tr
 from trainmem.setup import TrainingSetup
 from trainmem.units import GB, GiB
 
-__all__ = ["print_estimate", "print_max_micro_batch", "STATIC_CATEGORIES"]
+__all__ = ["print_estimate", "print_max_micro_batch", "result_line", "STATIC_CATEGORIES"]
 
 #: Categories that stay allocated between steps (the flat baseline); the rest come and go each step.
 STATIC_CATEGORIES = ("parameters", "master_weights", "optimizer_states")
@@ -34,9 +34,10 @@ def _setup_line(setup: TrainingSetup) -> str:
 def print_estimate(spec: ModelSpec, setup: TrainingSetup, est: MemoryEstimate, lang: str = "en",
                    console: Console | None = None) -> None:
     con = console or Console()
-    tab = Table(title=f"{t('title', lang)} — {spec.name} ({spec.n_params / 1e9:.2f} B {t('params', lang)})",
+    size = (f"{spec.n_params / 1e9:.2f} B 参数" if lang == "zh" else f"{spec.n_params / 1e9:.2f} B parameters")
+    tab = Table(title=f"{t('title', lang)} — {spec.name}" + (f"（{size}）" if lang == "zh" else f" ({size})"),
                 caption=_setup_line(setup))
-    tab.add_column(t("category", lang))
+    tab.add_column(t("category", lang), overflow="fold")
     tab.add_column(t("kind", lang))
     tab.add_column("GiB", justify="right")
     tab.add_column("GB", justify="right")
@@ -56,20 +57,47 @@ def print_estimate(spec: ModelSpec, setup: TrainingSetup, est: MemoryEstimate, l
     if est.host_memory_bytes:
         tab.add_row(t("host", lang), "", *_both(est.host_memory_bytes), "")
     con.print(tab)
-    verdict = t("fits", lang) if est.fits else t("does_not_fit", lang)
-    color = "green" if est.fits else "red"
-    con.print(f"[{color}]{verdict} {est.gpu} ({est.gpu_memory_bytes / GiB:.1f} GiB)[/{color}]; "
-              f"{t('headroom', lang)} {est.headroom_bytes / GiB:+.2f} GiB; {t('peak_at', lang)}: {est.peak_phase}; "
-              f"{t('trainable', lang)} {est.n_trainable_params:,}")
-    con.print(f"[dim]{t('assumptions', lang)}:[/dim]")
+    con.print(result_line(est, lang))
+    con.print(f"[dim]{t('assumptions', lang)}{'：' if lang == 'zh' else ':'}[/dim]")
     for a in est.assumptions:
-        con.print(f"[dim]  - {a}[/dim]")
+        con.print(f"[dim]  - {_esc(tr(a, lang))}[/dim]")
+
+
+def _esc(text: str) -> str:
+    """``text`` shown as is by rich (``[...]`` in a message is not markup)."""
+    from rich.markup import escape
+    return escape(text)
+
+
+def result_line(est: MemoryEstimate, lang: str = "en") -> str:
+    """The verdict under the table (rich markup): fits or not, headroom, the peak's phase, trainable count."""
+    gpu = f"{est.gpu} ({est.gpu_memory_bytes / GiB:.1f} GiB)"
+    head = est.headroom_bytes / GiB
+    if lang == "zh":
+        gpu = f"{est.gpu}（{est.gpu_memory_bytes / GiB:.1f} GiB）"
+        verdict = (f"[green]{gpu}放得下：余量 {head:.2f} GiB[/green]" if est.fits
+                   else f"[red]{gpu}放不下：还差 {-head:.2f} GiB[/red]")
+        return (f"{verdict}；峰值出现在{_esc(tr(est.peak_phase, lang))}阶段；"
+                f"可训练参数 {est.n_trainable_params:,} 个。")
+    verdict = f"[green]fits on {gpu}[/green]" if est.fits else f"[red]does NOT fit on {gpu}[/red]"
+    return (f"{verdict}; headroom {head:+.2f} GiB; peak during: {_esc(est.peak_phase)}; "
+            f"trainable {est.n_trainable_params:,}")
 
 
 def print_max_micro_batch(best: int, est: MemoryEstimate | None, setup: TrainingSetup, lang: str = "en") -> None:
     con = Console()
-    if best == 0 or est is None:
-        con.print(f"[red]{t('none_fits', lang)} {setup.gpu}[/red]")
+    from trainmem.memory.search import MICRO_BATCH_CAP
+    if lang == "zh":
+        if best == 0 or est is None:
+            con.print(f"[red]{setup.gpu} 上 micro-batch 为 1 也放不下。[/red]")
+            return
+        capped = f"（已到搜索上限 {MICRO_BATCH_CAP:,}，更大的 micro-batch 也可能放得下）" if best >= MICRO_BATCH_CAP else ""
+        con.print(f"{setup.gpu} 上（序列长度 {setup.seq_len}）能放下的最大 micro-batch：[bold]{best}[/bold]{capped}；"
+                  f"设备总占用（nvidia-smi）{est.device_total_bytes / GiB:.2f} GiB / {est.gpu_memory_bytes / GiB:.1f} GiB。")
         return
-    con.print(f"{t('max_mb', lang)} ({setup.gpu}, seq {setup.seq_len}): [bold]{best}[/bold] — "
-              f"{t('device_total', lang)} {est.device_total_bytes / GiB:.2f} GiB / {est.gpu_memory_bytes / GiB:.1f} GiB")
+    if best == 0 or est is None:
+        con.print(f"[red]even micro-batch 1 does not fit on {setup.gpu}[/red]")
+        return
+    capped = f" (the search's cap, {MICRO_BATCH_CAP:,}: larger micro-batches may fit too)" if best >= MICRO_BATCH_CAP else ""
+    con.print(f"largest micro-batch that fits ({setup.gpu}, seq {setup.seq_len}): [bold]{best}[/bold]{capped} — "
+              f"device total (nvidia-smi) {est.device_total_bytes / GiB:.2f} GiB / {est.gpu_memory_bytes / GiB:.1f} GiB")

@@ -34,6 +34,19 @@ class Comparison:
     def peak_error(self) -> float:
         return rel_error(self.estimate_peak_bytes, self.trace.peak_allocated_bytes)
 
+    @property
+    def estimate_reserved_bytes(self) -> int:
+        """The estimate's peak reserved without the cuBLAS workspace's own segment (a CPU trace has none)."""
+        from trainmem.trace.allocator import allocation_size
+
+        ws = self.estimate.cuda_only_bytes
+        return self.estimate.peak_reserved_bytes - (allocation_size(ws) if ws else 0)
+
+    @property
+    def reserved_error(self) -> float:
+        """(estimated − simulated) / simulated peak reserved (the trace replayed through the allocator)."""
+        return rel_error(self.estimate_reserved_bytes, self.trace.peak_reserved_bytes)
+
     def rows(self) -> list[tuple[str, int, int, float]]:
         """(category, estimate bytes at its peak, trace bytes at its peak, relative error)."""
         est = dict(self.estimate.breakdown_at_peak_bytes)
@@ -46,6 +59,9 @@ class Comparison:
             "estimate_peak_allocated_bytes": self.estimate_peak_bytes,
             "trace_peak_allocated_bytes": self.trace.peak_allocated_bytes,
             "peak_relative_error": self.peak_error,
+            "estimate_peak_reserved_bytes": self.estimate_reserved_bytes,
+            "trace_peak_reserved_bytes": self.trace.peak_reserved_bytes,
+            "reserved_relative_error": self.reserved_error,
             "estimate_peak_phase": self.estimate.peak_phase,
             "trace_peak_phase": self.trace.peak_phase,
             "categories": [{"category": c, "estimate_bytes": e, "trace_bytes": t, "relative_error": r}

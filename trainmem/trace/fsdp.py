@@ -34,8 +34,9 @@ def _internals_error(what: str) -> UnsupportedError:
 
 
 @contextlib.contextmanager
-def fake_world(world_size: int) -> Iterator[Any]:
+def fake_world(world_size: int, tp: int = 1) -> Iterator[Any]:
     """Init a fake process group (rank 0 of ``world_size``) and a CPU device mesh; torn down on exit.
+    With ``tp`` > 1 the mesh is 2-D, ``(dp_shard, tp)`` (torchtitan's axis names; trace/tp.py).
 
     The mesh is built outside ``FakeTensorMode`` (it reads real rank tensors).
     """
@@ -47,7 +48,10 @@ def fake_world(world_size: int) -> Iterator[Any]:
         raise UnsupportedError("a torch.distributed process group is already initialised; trace in a fresh process")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
-        yield init_device_mesh("cpu", (world_size,))
+        if tp > 1:
+            yield init_device_mesh("cpu", (world_size // tp, tp), mesh_dim_names=("dp_shard", "tp"))
+        else:
+            yield init_device_mesh("cpu", (world_size,))
     finally:
         dist.destroy_process_group()
 

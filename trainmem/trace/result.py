@@ -50,6 +50,18 @@ class TraceResult:
     n_params: int
     """Parameters of the full (unsharded) model."""
     n_trainable_params: int
+    peak_reserved_bytes: int = 0
+    """``max_memory_reserved()`` over the steady step: the allocation stream replayed through the
+    caching allocator's rules (``trainmem.trace.allocator``, default settings, one stream)."""
+    peak_reserved_expandable_bytes: int = 0
+    """The same with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``."""
+    allocator_peak_allocated_bytes: int = 0
+    """``max_memory_allocated()`` as the allocator counts it: blocks handed out whole when the rest is
+    too small to split (≤ 1 MiB in the large pool) count in full, so it can exceed ``peak_allocated_bytes``."""
+    reserved_segments: int = 0
+    """Segments (cudaMalloc'ed blocks) held at the reserved peak, default settings."""
+    fragmentation_at_peak: float = 0.0
+    """1 − allocated / reserved at the allocated peak, default settings."""
     emulations: list[str] = field(default_factory=list)
     """CUDA behaviours emulated on the fake CPU device."""
     notes: list[str] = field(default_factory=list)

@@ -21,6 +21,7 @@ from torch import nn
 
 from trainmem.trace.allocator import simulate_lives
 from trainmem.trace.classify import Roles, breakdown_at, category_peaks
+from trainmem.trace.losses import run_loss
 from trainmem.trace.optim import build_optimizer, host_state_tensors
 from trainmem.trace.result import CATEGORIES, TraceResult
 from trainmem.trace.support import check_traceable
@@ -196,12 +197,14 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
         if progress is not None:
             progress(done, total, label)
 
-    fsdp = setup.engine == "fsdp2"
+    fsdp = setup.fsdp_applied  # fsdp2 without fully_shard at tp > 1, dp = 1 (torchtitan; trace/tp.py)
+    from trainmem.trace import tp as tp_plan
+    tp = setup.tp > 1
     emulations: list[str] = ["allocator: every block rounded up to 512 B (CUDACachingAllocator kMinBlockSize); "
                              "reserved memory from a replay of the caching allocator (trace/allocator.py)"]
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
-        mesh = stack.enter_context(fake_world(setup.gpus)) if fsdp else None
+        mesh = stack.enter_context(fake_world(setup.gpus, setup.tp)) if (fsdp or tp) else None
         stack.enter_context(FakeTensorMode())
         tracker = StorageTracker()
         stack.callback(tracker.close)
@@ -215,18 +218,23 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
         stack.enter_context(eager_branches())
         if fsdp:
             stack.enter_context(tag_collectives(tracker))
+        if tp:
+            stack.enter_context(tp_plan.untracked_propagation())
 
         tracker.phase = "build"
         verbosity = transformers.logging.get_verbosity()
         transformers.logging.set_verbosity_error()  # config-validation chatter would corrupt --json users' logs
         stack.callback(transformers.logging.set_verbosity, verbosity)
         model = _build_model(spec, setup)
+        if tp:
+            tp_plan.apply(model, mesh, setup)
         if fsdp:
-            shard_model(model, mesh, setup)
+            shard_model(model, tp_plan.fsdp_mesh(mesh, setup), setup)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = build_optimizer(setup.optimizer, params)
         scaler = _NoSkipGradScaler("cpu") if (setup.precision == "amp-fp16" and not fsdp) else None
-        amp_dtype = _AMP_DTYPE.get(setup.precision) if not fsdp else None
+        # (tp without fully_shard: torchtitan's maybe_enable_amp disables mixed precision, fp32 compute)
+        amp_dtype = _AMP_DTYPE.get(setup.precision) if not (fsdp or tp) else None
         vocab = int(spec.hf_config.get("vocab_size", spec.vocab_size))
         stack.enter_context(_module_hooks(model, spec.architecture, tracker))
         if setup.recompute == "full":
@@ -256,9 +264,13 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
                 ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len))
                 labels = ids.clone()
                 ctx = torch.autocast("cpu", dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
-                with ctx:
-                    outputs = model(input_ids=ids, labels=labels, use_cache=False)
-                loss = outputs.loss
+                with ctx, tp_plan.loss_context(setup):
+                    if setup.loss == "hf":
+                        outputs = model(input_ids=ids, labels=labels, use_cache=False)
+                        loss = outputs.loss
+                    else:  # --loss chunked | fused-linear (trainmem/trace/losses.py)
+                        outputs, loss = run_loss(model, setup, ids, labels, on_loss=lambda: setattr(
+                            tracker, "phase", "loss" + tracker.phase[len("forward"):]))
                 if setup.loop == "trainer":
                     del outputs  # HF Trainer's compute_loss returns the loss only
                     outputs = None
@@ -266,7 +278,8 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
                     loss = loss / ga
                 tick(f"{name}: forward {i + 1}/{ga}")
                 tracker.phase = f"backward[{i}]"
-                (scaler.scale(loss) if scaler is not None else loss).backward()
+                with tp_plan.loss_context(setup):
+                    (scaler.scale(loss) if scaler is not None else loss).backward()
                 del loss, outputs, ids, labels
                 tick(f"{name}: backward {i + 1}/{ga}")
             tracker.phase = "optimizer.step"
@@ -333,6 +346,11 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
         if fsdp:
             notes.append("FSDP2 on a fake process group: collectives allocate their buffers but move no data; "
                          "unsharded gradients before the reduce-scatter count as temporaries")
+        if tp:
+            notes.append(f"TP {setup.tp} (torchtitan's Llama plan, trace/tp.py): SequenceParallel "
+                         f"{'on' if setup.sp else 'off'}, loss parallel {'on' if setup.loss_parallel else 'off'}"
+                         f"{', FSDP2 over dp_shard' if fsdp else ', no fully_shard (fp32 compute for amp recipes)'}; "
+                         "DTensor's global-shape sharding propagation is not counted")
         if static_after != static:
             notes.append(f"static memory changed over the step: {static} -> {static_after} bytes")
         notes.append("host-side scalar tensors made during the step (< 1 KiB each) are counted as device memory")

@@ -27,16 +27,24 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
     if s.engine == "torch" and s.dp > 1:
         raise _no(f"the torch engine with dp({s.dp}) > 1 (DDP buckets are not traced yet)")
     for axis in ("tp", "pp", "cp", "ep"):
-        if getattr(s, axis) > 1:
+        if getattr(s, axis) > 1 and not (axis == "tp" and s.engine == "fsdp2"):
             raise _no(f"{axis}({getattr(s, axis)}) > 1")
+    if s.tp > 1:  # torchtitan's Llama TP plan on HF module names (trace/tp.py)
+        from trainmem.trace.tp import TP_FAMILIES
+        if spec.model_type not in TP_FAMILIES or spec.is_moe:
+            raise _no(f"tp({s.tp}) with {spec.model_type} (the TP plan is verified for {', '.join(TP_FAMILIES)})")
+        if s.loss != "hf":
+            raise _no(f"tp({s.tp}) with --loss {s.loss} (TP is traced with transformers' own cross-entropy)")
+        if spec.num_kv_heads % s.tp:  # ColwiseParallel k/v_proj split whole heads only (no kv replication)
+            raise _no(f"tp({s.tp}) that does not divide num_key_value_heads({spec.num_kv_heads})")
     if s.optimizer == "adamw-8bit":
         raise _no("adamw-8bit (bitsandbytes kernels)")
     if s.qlora:
         raise _no("LoRA/QLoRA fine-tuning (not traced yet)")
     if s.lora_rank and s.engine != "torch":
         raise _no(f"LoRA with the {s.engine} engine (LoRA is traced on the torch engine)")
-    if s.loss != "hf":
-        raise _no(f"--loss {s.loss} (only transformers' own cross-entropy is traced yet)")
+    if s.loss != "hf" and (spec.is_encoder or spec.final_logit_softcapping or not spec.architecture.endswith(("ForCausalLM", "LMHeadModel"))):
+        raise _no(f"--loss {s.loss} on {spec.architecture} (traced for causal LMs without logit softcapping)")
     if s.offload != "none":
         raise _no(f"offload {s.offload}")
     if s.attn == "flash":

@@ -15,8 +15,9 @@ the alive set at any event can be rebuilt afterwards and classified (``trainmem.
 
 Known limitations (as for PyTorch's MemTracker):
 
-* caching-allocator fragmentation and reserved-but-unallocated memory are not modelled: this is
-  ``torch.cuda.memory_allocated``, not ``memory_reserved``;
+* caching-allocator fragmentation and reserved-but-unallocated memory are not modelled here: this is
+  ``torch.cuda.memory_allocated``; ``trace/allocator.py`` replays ``lives`` (each birth and death has
+  its own event index, so they sort into program order) through the allocator for ``memory_reserved``;
 * memory that a CUDA kernel allocates internally without a tensor (cuBLAS workspaces, NCCL
   buffers) is not seen; kernels whose temporaries matter are emulated (``sdpa.py``);
 * host tensors that live on the CPU in a CUDA run (e.g. Adam's ``step`` counters) are on the same

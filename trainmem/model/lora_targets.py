@@ -1,0 +1,261 @@
+"""The linear modules PEFT's LoRA adapts, per family, with their (in_features, out_features).
+
+Module names and shapes are those of the transformers 5.24 modeling files (``models/<family>/modeling_*.py``);
+``tests/model/test_lora_targets.py`` checks them, and the trainable counts, against PEFT 0.21.2's
+``get_peft_model(...).get_nb_trainable_parameters()`` on meta-device models.
+
+How a target list is read (PEFT ``tuners/tuners_utils.py``, ``check_target_module_exists`` for a list):
+a module is adapted when its name equals a target or ends with ``"." + target``. trainmem takes the same
+names case-insensitively, separated by commas and/or spaces, with no regular expressions.
+``all-linear`` is PEFT's ``_maybe_include_all_linear_layers``: every ``nn.Linear`` / ``Conv1D`` of the
+model except the output layer (``get_output_embeddings()``, the LM head / MLM decoder), so it also adapts
+BERT's ``cls.predictions.transform.dense`` and Qwen2-MoE's 1-wide ``shared_expert_gate``.
+
+Fused projections are one module (GPT-2 ``c_attn``, GPT-NeoX/Falcon ``query_key_value``, Phi-3
+``qkv_proj`` and ``gate_up_proj``). Routed MoE experts are stacked 3-D parameters in transformers 5.x
+(``mlp.experts.gate_up_proj`` (E, 2·i, h) / ``down_proj`` (E, h, i)), not ``nn.Linear``, and the routers are
+``*TopKRouter`` modules. PEFT 0.21.2 (``utils/transformers_weight_conversion.py``) maps the v4 names onto
+them for the families transformers converts: Mixtral ``w1`` + ``w3`` → ``experts.gate_up_proj`` (rank 2r),
+``w2`` → ``experts.down_proj``, ``gate`` → the router weight; Qwen3-MoE and DeepSeek-V2/V3 the same with
+``gate_proj`` + ``up_proj`` / ``down_proj`` / ``gate`` (then *every* module ending in those names goes to the
+experts, so their dense and shared-expert MLPs are not adapted); ``all-linear`` adds the experts and router
+there. Those become ``ParamWrapper`` LoRA on parameters (``target_parameters``), whose memory trainmem does
+not model: such targets are refused with a one-line error. Qwen2-MoE is not converted: its ``gate_proj`` /
+``up_proj`` / ``down_proj`` are the dense and shared-expert MLPs' ``nn.Linear`` (adapted as usual).
+
+Core module: no torch import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainmem.errors import ConfigError
+from trainmem.model.spec import ModelSpec
+
+__all__ = ["LoraLinear", "ALL_LINEAR", "normalize_targets", "effective_targets", "peft_target_modules",
+           "layer_linears", "model_linears", "targeted_layer_linears", "targeted_model_linears",
+           "check_lora_targets", "lora_param_count_model"]
+
+ALL_LINEAR = "all-linear"
+
+_EXPERT_NAMES = ("w1", "w2", "w3", "experts", "experts.gate_up_proj", "experts.down_proj", "gate")
+#: Names PEFT 0.21.2 maps onto stacked experts / the router per model type (_MOE_TARGET_MODULE_MAPPING of
+#: the family's conversion pattern); a target equal to one or ending in "." + one is mapped.
+_PEFT_MOE_CONVERTED = {
+    "mixtral": ("w1", "w2", "w3", "gate"),
+    **{mt: ("gate_proj", "up_proj", "down_proj", "gate") for mt in ("qwen3_moe", "deepseek_v2", "deepseek_v3")},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LoraLinear:
+    """One adaptable linear module."""
+
+    path: str
+    """Module path inside a decoder layer (``self_attn.q_proj``) or, outside the layers, from the model root."""
+    fin: int
+    fout: int
+    reads: str
+    """The tensor it reads, shared by linears with the same value: ``attn_in`` (the input norm's output),
+    ``attn_out`` (attention output), ``mlp_in``, ``mlp_act`` (the MLP's activation/product),
+    ``shared_act``, ``q_a`` / ``kv_a`` (MLA's normalised latents), ``head_in``."""
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1]
+
+
+#: trainmem's default targets (setup.DEFAULT_LORA_TARGETS); on a family without all of these modules
+#: (GPT-2, GPT-NeoX, Falcon, BERT, Phi-3, DeepSeek MLA) the default means its attention projections.
+_DEFAULT = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def normalize_targets(targets: tuple[str, ...] | list[str] | str) -> tuple[str, ...]:
+    """Targets as typed: comma- and/or space-separated, case-insensitive (lower-cased here)."""
+    items = [targets] if isinstance(targets, str) else list(targets)
+    out: list[str] = []
+    for item in items:
+        for t in str(item).replace(",", " ").split():
+            t = t.lower()
+            if t not in out:
+                out.append(t)
+    return tuple(out)
+
+
+def _glu(prefix: str, h: int, i: int, act: str) -> list[LoraLinear]:
+    return [LoraLinear(f"{prefix}.gate_proj", h, i, "mlp_in"), LoraLinear(f"{prefix}.up_proj", h, i, "mlp_in"),
+            LoraLinear(f"{prefix}.down_proj", i, h, act)]
+
+
+def layer_linears(spec: ModelSpec, layer_idx: int) -> tuple[LoraLinear, ...]:
+    """Every nn.Linear / Conv1D of decoder layer ``layer_idx``, in forward order."""
+    h, a, kv, d, dv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
+    i = spec.intermediate_size
+    mt = spec.model_type
+    moe = layer_idx in spec.moe_layer_indices
+    L = LoraLinear
+    if mt == "gpt2":  # GPT2Attention / GPT2MLP: Conv1D(nf=out, nx=in)
+        out = [L("attn.c_attn", h, 3 * h, "attn_in"), L("attn.c_proj", h, h, "attn_out")]
+        if spec.hf_config.get("add_cross_attention"):
+            out += [L("crossattention.c_attn", h, 2 * h, "cross_in"), L("crossattention.q_attn", h, h, "cross_q"),
+                    L("crossattention.c_proj", h, h, "cross_out")]
+        return tuple(out + [L("mlp.c_fc", h, i, "mlp_in"), L("mlp.c_proj", i, h, "mlp_act")])
+    if mt == "gpt_neox":
+        return (L("attention.query_key_value", h, 3 * h, "attn_in"), L("attention.dense", h, h, "attn_out"),
+                L("mlp.dense_h_to_4h", h, i, "mlp_in"), L("mlp.dense_4h_to_h", i, h, "mlp_act"))
+    if mt == "falcon":  # query_key_value: (a + 2·kv)·d (multi_query: kv = 1; classic: kv = a)
+        return (L("self_attention.query_key_value", h, (a + 2 * kv) * d, "attn_in"),
+                L("self_attention.dense", a * d, h, "attn_out"),
+                L("mlp.dense_h_to_4h", h, i, "mlp_in"), L("mlp.dense_4h_to_h", i, h, "mlp_act"))
+    if spec.is_encoder:  # BertLayer / RobertaLayer
+        return (L("attention.self.query", h, h, "attn_in"), L("attention.self.key", h, h, "attn_in"),
+                L("attention.self.value", h, h, "attn_in"), L("attention.output.dense", h, h, "attn_out"),
+                L("intermediate.dense", h, i, "mlp_in"), L("output.dense", i, h, "mlp_act"))
+    if mt == "phi3":
+        return (L("self_attn.qkv_proj", h, a * d + 2 * kv * d, "attn_in"), L("self_attn.o_proj", a * d, h, "attn_out"),
+                L("mlp.gate_up_proj", h, 2 * i, "mlp_in"), L("mlp.down_proj", i, h, "mlp_act"))
+    if spec.q_lora_rank is not None or spec.kv_lora_rank is not None:  # DeepSeek-V2/V3 MLA
+        qr, kvr, rope = spec.q_lora_rank, spec.kv_lora_rank or 0, spec.qk_rope_head_dim or 0
+        nope = spec.qk_nope_head_dim or 0
+        attn = ([L("self_attn.q_a_proj", h, qr, "attn_in"), L("self_attn.q_b_proj", qr, a * d, "q_a")] if qr
+                else [L("self_attn.q_proj", h, a * d, "attn_in")])
+        attn += [L("self_attn.kv_a_proj_with_mqa", h, kvr + rope, "attn_in"),
+                 L("self_attn.kv_b_proj", kvr, a * (nope + dv), "kv_a"), L("self_attn.o_proj", a * dv, h, "attn_out")]
+        if not moe:
+            return tuple(attn + _glu("mlp", h, i, "mlp_act"))
+        si = spec.shared_expert_intermediate_size
+        return tuple(attn + (_glu("mlp.shared_experts", h, si, "shared_act") if si else []))
+    # llama-style: llama, mistral, qwen2/3, gemma/2/3, mixtral, qwen2_moe, qwen3_moe
+    attn = [L("self_attn.q_proj", h, a * d, "attn_in"), L("self_attn.k_proj", h, kv * d, "attn_in"),
+            L("self_attn.v_proj", h, kv * dv, "attn_in"), L("self_attn.o_proj", a * dv, h, "attn_out")]
+    if not moe:
+        return tuple(attn + _glu("mlp", h, i, "mlp_act"))
+    si = spec.shared_expert_intermediate_size
+    if mt == "qwen2_moe" and si:
+        return tuple(attn + _glu("mlp.shared_expert", h, si, "shared_act")
+                     + [L("mlp.shared_expert_gate", h, 1, "mlp_in")])
+    return tuple(attn)  # mixtral, qwen3_moe: routed experts only
+
+
+def model_linears(spec: ModelSpec) -> tuple[LoraLinear, ...]:
+    """Linears outside the decoder layers other than the output layer: the MLM heads' transform."""
+    h = spec.hidden_size
+    if spec.model_type == "bert":
+        return (LoraLinear("cls.predictions.transform.dense", h, h, "head_in"),)
+    if spec.model_type == "roberta":
+        return (LoraLinear("lm_head.dense", h, h, "head_in"),)
+    return ()
+
+
+def effective_targets(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[str, ...]:
+    """Normalised targets; trainmem's default (q/k/v/o_proj) becomes the attention projections' paths on
+    families that lack one of those modules."""
+    t = normalize_targets(targets)
+    if t == _DEFAULT and not all(any(_matches(lin.path, n) for lin in layer_linears(spec, 0)) for n in t):
+        return tuple(lin.path for lin in layer_linears(spec, 0) if lin.reads in ("attn_in", "attn_out", "q_a", "kv_a"))
+    return t
+
+
+def _matches(path: str, target: str) -> bool:
+    p = path.lower()
+    return p == target or p.endswith("." + target)
+
+
+def _all(spec: ModelSpec) -> list[LoraLinear]:
+    kinds: dict[bool, int] = {}
+    for idx in range(spec.num_layers):
+        kinds.setdefault(idx in spec.moe_layer_indices, idx)
+    seen: dict[str, LoraLinear] = {}
+    for idx in kinds.values():
+        for lin in layer_linears(spec, idx):
+            seen.setdefault(lin.path, lin)
+    for lin in model_linears(spec):
+        seen.setdefault(lin.path, lin)
+    return list(seen.values())
+
+
+def _valid_names(spec: ModelSpec) -> list[str]:
+    names: list[str] = []
+    for lin in _all(spec):
+        if lin.name not in names:
+            names.append(lin.name)
+    return names + [ALL_LINEAR]
+
+
+def check_lora_targets(spec: ModelSpec, targets: tuple[str, ...], rank: int) -> None:
+    """Raise :class:`ConfigError` (one line) for a target that names no linear of this model, or a rank
+    larger than ``min(in_features, out_features)`` of an adapted linear (for ``all-linear``, Qwen2-MoE's
+    1-wide ``shared_expert_gate`` is exempt: PEFT adapts it at any rank, and it is counted)."""
+    targets = effective_targets(spec, targets)
+    if not targets:
+        raise ConfigError("lora-targets: empty; give module names (comma or space separated) or all-linear")
+    lins = _all(spec)
+    converted = _PEFT_MOE_CONVERTED.get(spec.model_type, ())
+    valid = ", ".join(n for n in _valid_names(spec) if n not in converted and not (converted and n == ALL_LINEAR))
+    for t in targets:
+        if converted and (t == ALL_LINEAR or any(t == c or t.endswith("." + c) for c in converted)):
+            raise ConfigError(f"lora-targets: on {spec.model_type}, PEFT maps {t!r} onto the stacked routed experts / "
+                              f"router (target_parameters, transformers 5.x); LoRA on those is not modelled; "
+                              f"valid: {valid}")
+        if t == ALL_LINEAR:
+            continue
+        if not any(_matches(lin.path, t) for lin in lins):
+            hint = ""
+            if spec.is_moe and t in _EXPERT_NAMES:
+                hint = (" (routed experts and routers are not nn.Linear in transformers 5.x: PEFT's target_modules "
+                        "cannot adapt them, and its target_parameters is not modelled)")
+            raise ConfigError(f"lora-targets: {t!r} is not a linear module of {spec.model_type}{hint}; valid: {valid}")
+    if rank <= 0:
+        return
+    all_linear = ALL_LINEAR in targets
+    for lin in lins:
+        named = any(_matches(lin.path, t) for t in targets if t != ALL_LINEAR)
+        if not named and not (all_linear and lin.fout > 1):
+            continue
+        bound = min(lin.fin, lin.fout)
+        if rank > bound:
+            raise ConfigError(f"lora-rank({rank}) > min(in_features({lin.fin}), out_features({lin.fout})) = {bound} "
+                              f"of {lin.path}")
+
+
+def targeted_layer_linears(spec: ModelSpec, targets: tuple[str, ...], layer_idx: int) -> tuple[LoraLinear, ...]:
+    """The linears of layer ``layer_idx`` that ``targets`` adapt (unknown names match nothing)."""
+    targets = effective_targets(spec, targets)
+    if ALL_LINEAR in targets:
+        return layer_linears(spec, layer_idx)
+    return tuple(lin for lin in layer_linears(spec, layer_idx) if any(_matches(lin.path, t) for t in targets))
+
+
+def targeted_model_linears(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[LoraLinear, ...]:
+    """The adapted linears outside the decoder layers (BERT/RoBERTa MLM transform)."""
+    targets = effective_targets(spec, targets)
+    if ALL_LINEAR in targets:
+        return model_linears(spec)
+    return tuple(lin for lin in model_linears(spec) if any(_matches(lin.path, t) for t in targets))
+
+
+def lora_param_count_model(spec: ModelSpec, targets: tuple[str, ...], rank: int,
+                           layers: range | None = None, outside_layers: bool = True) -> int:
+    """LoRA parameters (lora_A: r × in, lora_B: out × r; bias="none") over ``layers`` (all by default)
+    and, with ``outside_layers``, the adapted linears outside them."""
+    layer_range = range(spec.num_layers) if layers is None else layers
+    per_kind: dict[bool, int] = {}
+    n = 0
+    for idx in layer_range:
+        moe = idx in spec.moe_layer_indices
+        if moe not in per_kind:
+            per_kind[moe] = sum(rank * (lin.fin + lin.fout) for lin in targeted_layer_linears(spec, targets, idx))
+        n += per_kind[moe]
+    if outside_layers:
+        n += sum(rank * (lin.fin + lin.fout) for lin in targeted_model_linears(spec, targets))
+    return n
+
+
+def peft_target_modules(spec: ModelSpec, targets: tuple[str, ...]) -> str | list[str]:
+    """``LoraConfig.target_modules`` for these targets: ``"all-linear"``, or the matched module paths
+    (PEFT matches them as suffixes of the full module names)."""
+    t = effective_targets(spec, targets)
+    if ALL_LINEAR in t:
+        return ALL_LINEAR
+    return sorted({lin.path for lin in _all(spec) if any(_matches(lin.path, x) for x in t)})
