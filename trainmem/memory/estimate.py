@@ -553,8 +553,10 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
             # Checkpointed layers save no weights: their 16-bit copies were held only by autocast's
             # cast cache, which is cleared when the autocast region (forward + loss) ends.
             for idx in layer_ids:
-                tl.free_prefix(f"wcopy{mb}.{idx}")
-            tl.free_prefix(f"wcopybulk{mb}.")
+                for suffix in ("", ".d", ".m"):
+                    tl.free(f"wcopy{mb}.{idx}{suffix}")
+            for j0 in bulk_of:
+                tl.free(f"wcopybulk{mb}.{j0}")
 
     def bulk_forward(mb: int, js: list[int]) -> None:
         """Forward of a block of identical layers: what they leave behind, in one allocation."""
