@@ -103,3 +103,32 @@ def test_qlora_and_other_engines_are_not_traced() -> None:
         check_traceable(spec, make_setup(lora_rank=8, qlora=True, seq_len=128))
     with pytest.raises(UnsupportedError, match="LoRA with the fsdp2 engine"):
         check_traceable(spec, make_setup(lora_rank=8, engine="fsdp2", gpus=2, seq_len=128))
+
+
+@pytest.mark.parametrize("base_dtype", ["bfloat16", "float32"])
+def test_what_one_peft_lora_linear_saves(base_dtype: str) -> None:
+    """Real tensors, ``saved_tensors_hooks``: a PEFT LoRA linear over a frozen base keeps, per token, its
+    own fp32 copy of x (16-bit base: 4·fin; fp32 base: x itself, nothing new) and the fp32 rank
+    activation (4·r), not the base's input; the base weight and adapters are parameters."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    fin, fout, rank, tokens = 64, 96, 8, 32
+    dtype = getattr(torch, base_dtype)
+    model = torch.nn.Sequential(torch.nn.Linear(fin, fout)).to(dtype)
+    model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=16, target_modules=["0"]))
+    assert all(p.dtype == torch.float32 for n, p in model.named_parameters() if "lora_" in n)
+    x = torch.randn(tokens, fin, dtype=dtype, requires_grad=True)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params and st.data_ptr() != x.untyped_storage().data_ptr():
+            saved[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x).sum().backward()
+    x_copy = 4 * fin if dtype != torch.float32 else 0
+    assert sum(saved.values()) == tokens * (x_copy + 4 * rank)

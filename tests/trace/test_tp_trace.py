@@ -16,7 +16,7 @@ from trainmem.setup import make_setup  # noqa: E402
 from trainmem.trace.compare import compare  # noqa: E402
 from trainmem.trace.support import check_traceable  # noqa: E402
 
-_SHAPE = dict(engine="fsdp2", seq_len=512, micro_batch=4)
+_SHAPE = dict(engine="fsdp2", seq_len=256, micro_batch=4)
 # (family, setup) — "llama" has 8 kv heads (tp 8 splits whole heads), "llama-gqa" 2.
 CASES = [
     ("llama", dict(gpus=2, tp=2, precision="bf16")),                                # SP + loss parallel
@@ -28,7 +28,8 @@ CASES = [
     ("llama", dict(gpus=8, tp=2, precision="bf16", zero=2)),                        # peak at the loss forward
     ("qwen2", dict(gpus=4, tp=2, precision="amp-bf16")),                            # tied embeddings
     ("mistral", dict(gpus=4, tp=2, precision="amp-bf16", grad_accum=2)),
-    ("llama-gqa", dict(gpus=4, tp=2, precision="amp-bf16", recompute="full")),
+    # (at seq 256 this 3-layer toy's layer-0 recompute residual is +2.2 % with or without TP; +0.5 % here)
+    ("llama-gqa", dict(gpus=4, tp=2, precision="amp-bf16", recompute="full", seq_len=512)),
 ]
 
 
@@ -39,7 +40,7 @@ def _id(fam: str, kw: dict) -> str:
 @pytest.mark.parametrize("fam,kw", CASES, ids=[_id(f, k) for f, k in CASES])
 def test_tp_estimate_matches_trace(fam: str, kw: dict) -> None:
     spec = spec_from_hf_config(TINY[fam], name=fam)
-    cmp = compare(spec, make_setup(**_SHAPE, **kw))
+    cmp = compare(spec, make_setup(**{**_SHAPE, **kw}))
     assert abs(cmp.peak_error) < 0.01, cmp.to_dict()
     rows = {c: (e, t) for c, e, t, _ in cmp.rows()}
     for cat in ("parameters", "optimizer_states"):

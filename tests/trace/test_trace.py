@@ -89,7 +89,7 @@ def test_fsdp2_shards_parameters():
     ({"attn": "flash"}, "flash"),
     ({"recompute": "selective"}, "selective"),
     ({"engine": "fsdp2", "gpus": 2, "offload": "optimizer+params"}, "offload"),
-    ({"engine": "fsdp2", "gpus": 2, "tp": 2, "dp": 1}, "tp(2)"),
+    ({"engine": "fsdp2", "gpus": 4, "tp": 2, "pp": 2, "dp": 1}, "pp(2)"),  # (fsdp2 + tp alone is traced: test_tp_trace.py)
 ])
 def test_unsupported_raise_one_line(fields, needle):
     with pytest.raises(UnsupportedError) as e:

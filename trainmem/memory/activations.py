@@ -649,6 +649,10 @@ def head_saved(spec: ModelSpec, setup: TrainingSetup, lm_input: bool = True) -> 
         lm_in = 0.0
         if spec.norm == "rmsnorm":
             norm = (4.0 + 4.0 / h) * h
+    if spec.is_encoder and spec.head != "lm":
+        # BERT/RoBERTa classification: sequence heads read the first token only (pooler / dense: b·h);
+        # the token head's classifier keeps its (dropout) input
+        return int(T * lm_in) if spec.head == "tok_cls" else int(setup.micro_batch * 2 * lm_in)
     if spec.is_encoder:
         # MLM head: transform dense (input kept), gelu (input kept), LayerNorm (input kept), decoder input
         c = compute_bytes(setup)

@@ -374,7 +374,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -
     # The input norm's backward: RMSNorm differentiates its fp32 arithmetic (three fp32 tensors of
     # width h alive together, traced); nn.LayerNorm's fused backward makes one input gradient.
     norm_bwd = (12 if spec.norm == "rmsnorm" else r) * T_tok * h // (s.tp if s.sp else 1)
-    mlp_bwd_extra = 2 * c
+    mlp_bwd_extra = 2 * c if spec.mlp_gated else c  # a plain MLP: d(act) only
     final_norm_bwd = (16 if spec.norm == "rmsnorm" else r) * T_tok * h // (s.tp if s.sp else 1)
     if spec.hidden_act == "gelu_new" and amp:
         mlp_bwd_extra = 14 - c

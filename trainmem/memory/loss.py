@@ -38,7 +38,8 @@ class LossBuffers:
 def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     """Bytes of the logits/loss buffers for one micro-batch on the last stage."""
     T = setup.micro_batch * setup.seq_len // setup.cp
-    V = spec.vocab_size // setup.tp if setup.loss_parallel else spec.vocab_size
+    # (a classification head: num_labels logits per position, computed on every position and pooled)
+    V = spec.output_size // setup.tp if setup.loss_parallel else spec.output_size
     c = compute_bytes(setup)
     n = T * V
     if setup.engine == "megatron":
@@ -56,7 +57,7 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     if setup.loss == "fused-linear":
         return _fused_linear(spec, setup, T, V, c)
     kept = 4 * n
-    if spec.final_logit_softcapping:
+    if spec.final_logit_softcapping and spec.head == "lm":
         kept += c * n  # tanh output kept for backward; division by the cap keeps nothing
     fwd = 4 * n if c == 2 else 0
     return _sp_final_norm_shard(spec, setup, LossBuffers(
@@ -85,7 +86,7 @@ def _dtensor_loss_parallel(spec: ModelSpec, setup: TrainingSetup, n: int, c: int
     the fp32 upcast (``pred.float()``), the shifted logits and their ``exp`` exist together in forward; the
     log-softmax (fp32) is kept; ``_log_softmax_backward_data`` makes ``exp(output)`` and the input gradient
     on top of the nll gradient: three fp32 V/t buffers at the loss backward (traced with MemTracker)."""
-    kept = 4 * n + (c * n if spec.final_logit_softcapping else 0)
+    kept = 4 * n + (c * n if spec.final_logit_softcapping and spec.head == "lm" else 0)
     # per token (not per vocabulary entry): the nll handler keeps the int64 target for backward (8 B), and
     # its backward's masked/offset targets (3 × int64), per-token fp32 values (2 × 4) and the ignore mask
     # (bool) are alive with the three V/t buffers: 33 B (traced; visible only on toy vocabularies)
@@ -104,7 +105,7 @@ def _chunked(spec: ModelSpec, setup: TrainingSetup, n: int, c: int) -> LossBuffe
     chunk at a time (n/k), and the 16-bit gradients of all chunks meet at the LM head backward."""
     k = setup.loss_chunks or 8
     per = -(-n // k)
-    kept = 4 * n + (c * n if spec.final_logit_softcapping else 0)
+    kept = 4 * n + (c * n if spec.final_logit_softcapping and spec.head == "lm" else 0)
     return LossBuffers(logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=4 * per if c == 2 else 0,
                        backward_transient_bytes=8 * per, grad_logits_bytes=c * n if c == 2 else 0)
 

@@ -689,4 +689,5 @@ def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str = "") 
     c = _Config(cfg, str(model_type), where)
     spec = builder(c, name, source, top_level)
     _check_model(c, spec)
-    return spec
+    from trainmem.model.heads import with_head
+    return with_head(spec, cfg, where)

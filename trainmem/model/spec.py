@@ -133,10 +133,19 @@ class ModelSpec:
     alias_note: str = ""
     """How the name the user gave was mapped onto a catalog entry (an ``-instruct`` variant onto its
     base's shapes, Llama-3 onto Llama-3.1's); '' when the name was the entry itself. For the assumptions."""
+    head: Literal["lm", "seq_cls", "tok_cls"] = "lm"
+    """The task head: language model (causal or masked), sequence or token classification."""
+    num_labels: int = 0
+    """Classes of a classification head (0 for the LM head)."""
     approximate_shape: bool = False
     """True for a bare size like ``7B``: counts are the requested size, the shape a Llama-2-style guess."""
     hf_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """The raw HF config dict, so the tracer can build the same model."""
+
+    @property
+    def output_size(self) -> int:
+        """Width of the head's logits: the vocabulary, or the classes of a classification head."""
+        return self.num_labels if self.head != "lm" else self.vocab_size
 
     @property
     def n_params(self) -> int:

@@ -461,6 +461,10 @@ PATTERNS: list[tuple[str, str]] = [
     ("gpu {g:w} has no bfloat16 support; use fp16 recipes (amp-fp16, mixed-fp16) or fp32",
      "GPU {g} 不支持 bfloat16；请用 fp16 配方（amp-fp16、mixed-fp16）或 fp32"),
     ("engine {e:w} is not modelled", "没有建模 {e} 引擎"),
+    # model/heads.py
+    ("{w}: num_labels({n}) is not an integer between 1 and {m:d}", "{w}：num_labels({n}) 必须是 1 到 {m} 之间的整数"),
+    ("{mt:w} with a {h:w} head is not modelled; heads are modelled for {fams}",
+     "没有建模带 {h} 头的 {mt}；分类头只支持：{fams!l}"),
     # ------------------------------------------------------------------ trace errors
     ("cannot trace {what}; use `trainmem estimate`", "无法追踪：{what!t}；请用 `trainmem estimate`"),
     ("the {e:w} engine (only torch and fsdp2 are traced)", "{e} 引擎（只支持追踪 torch 和 fsdp2）"),

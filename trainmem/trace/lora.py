@@ -19,6 +19,7 @@ phase, module names) stay those of the plain model.
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import torch
@@ -69,7 +70,10 @@ def apply_lora(model: nn.Module, spec: "ModelSpec", setup: "TrainingSetup") -> n
     BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *args, **kwargs: None
     nn.Module.to = same_device_to
     try:
-        peft_model = get_peft_model(model, config)
+        with warnings.catch_warnings():  # PEFT's own chatter would corrupt --json users' logs
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+            warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False.*")  # GPT-2's Conv1D
+            peft_model = get_peft_model(model, config)
     finally:
         BaseTunerLayer._move_adapter_to_device_of_base_layer = move
         nn.Module.to = to

@@ -49,6 +49,16 @@ class _NoSkipGradScaler(torch.amp.GradScaler):
         return optimizer.step(*args, **kwargs)
 
 
+def _labels(spec: "ModelSpec", ids: torch.Tensor) -> torch.Tensor:
+    """Labels the model's own loss takes: the input ids (causal / masked LM), one class per sequence,
+    or one class per token."""
+    if spec.head == "seq_cls":
+        return torch.randint(0, spec.num_labels, (ids.shape[0],))
+    if spec.head == "tok_cls":
+        return torch.randint(0, spec.num_labels, ids.shape)
+    return ids.clone()
+
+
 def _build_model(spec: "ModelSpec", setup: "TrainingSetup") -> nn.Module:
     import transformers
 
@@ -58,6 +68,8 @@ def _build_model(spec: "ModelSpec", setup: "TrainingSetup") -> nn.Module:
         cfg.pop(k, None)
     config = transformers.AutoConfig.for_model(model_type, **cfg)
     config.use_cache = False
+    if spec.head == "seq_cls" and getattr(config, "pad_token_id", None) is None:
+        config.pad_token_id = 0  # pools the last non-pad token; batches > 1 need a pad id
     cls = getattr(transformers, spec.architecture)
     dtype = _MODEL_DTYPE[setup.precision]
     if setup.is_lora:  # LoRA: the frozen base is loaded in 16 bits for autocast recipes too (trace/lora.py)
@@ -262,7 +274,7 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
             for i in range(ga):
                 tracker.phase = f"forward[{i}]"
                 ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len))
-                labels = ids.clone()
+                labels = _labels(spec, ids)
                 ctx = torch.autocast("cpu", dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
                 with ctx, tp_plan.loss_context(setup):
                     if setup.loss == "hf":
