@@ -1,0 +1,176 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``, torch/distributed/fsdp/_fully_shard/): parameters
+stored as dim-0 shards over dp×cp, each decoder layer a unit all-gathered before its forward and its
+backward (prefetched one unit ahead in backward), the root unit (embedding, final norm, LM head) kept
+gathered through the step, unsharded gradients reduce-scattered into sharded fp32 (or bf16) gradients.
+zero 3 = ``reshard_after_forward=True``, zero 2 = False (units stay gathered from forward to backward)."""
+
+from __future__ import annotations
+
+from trainmem.memory.engines.base import Engine, ModelStates, lora_base
+from trainmem.memory.states import optimizer_state_bytes, optimizer_step_temp_bytes
+from trainmem.units import round_up_bytes as _r
+
+__all__ = ["FSDP2Engine", "fsdp_shard_elems"]
+
+
+def fsdp_shard_elems(n: int, experts: int, n_experts: int, dp: int) -> int:
+    """Elements FSDP2 keeps on one rank for ``n`` parameters, ``experts`` of them routed experts stacked
+    as ``(E, ·, ·)`` tensors. ``fully_shard`` chunks every tensor on dim 0 and pads each chunk to
+    ``ceil(dim0 / dp)`` rows (torch/distributed/fsdp/_fully_shard/_fsdp_param.py): dense weights
+    (dim 0 ≥ hidden) shard evenly, but with more ranks than experts each rank still holds a whole
+    expert (ceil(E / dp) of E)."""
+    if not experts or not n_experts:
+        return -(-n // dp)
+    return -(-(n - experts) // dp) + -(-n_experts // dp) * (experts // n_experts)
+
+
+class FSDP2Engine(Engine):
+    amp_weight_copies = False  # MixedPrecisionPolicy(param_dtype=bf16) gathers 16-bit weights directly
+
+    def model_states(self, notes: list[str]) -> ModelStates:
+        s, rp, spec = self.s, self.rp, self.spec
+        train_elem, base = lora_base(spec, s, rp, notes)
+        T, dp = rp.trainable, s.fsdp_shard_degree
+        experts = 0 if s.is_lora else spec.params.expert_total // s.ep // s.tp
+        T_local = fsdp_shard_elems(T, experts, spec.num_experts // s.ep, dp)
+        shard_param = base // dp + T_local * train_elem
+        states = optimizer_state_bytes(s, T_local, train_elem, spec)
+        st = ModelStates(unsharded_elem=4 if s.precision == "fp32" else 2, grad_elem=train_elem)
+        if s.offload == "optimizer+params":
+            st.host = shard_param + T * train_elem // dp + states
+            notes.append("FSDP2 CPUOffloadPolicy: sharded parameters, gradients and optimizer states live in pinned host memory; the step runs on the CPU")
+            return st
+        st.params, st.states = shard_param, states
+        st.step_temp = optimizer_step_temp_bytes(s, T_local, train_elem, train_elem)
+        return st
+
+    # -- collectives -------------------------------------------------------------------------------
+    def _local(self, n: int, experts: int) -> int:
+        return fsdp_shard_elems(n, experts, self.spec.num_experts // self.s.ep, self.s.fsdp_shard_degree)
+
+    def _ag_bytes(self, n: int, experts: int) -> int:
+        """The all-gather output: every rank's padded shard (dp × local), in param_dtype."""
+        return self.st.unsharded_elem * self.s.fsdp_shard_degree * self._local(n, experts)
+
+    def gather(self, key: str, n: int, experts: int = 0) -> None:
+        """Unshard a unit (_fsdp_param_group.py): unshard() first frees the previous all-gather's output
+        (kept as ``all_gather_state`` for stream order), all-gathers into a new flat output, and
+        wait_for_unshard() copies it out into the unsharded parameters; that output then stays alive
+        until the next unshard. A prefetched unit already has its output (``ag_pending``)."""
+        tl = self.tl
+        if tl.has(key):
+            return
+        pending = "ag_pending:" + key
+        if not tl.has(pending):
+            tl.free("ag_state")
+            tl.alloc(pending, "communication_buffers", self._ag_bytes(n, experts))
+        # (the unsharded parameters are views of the padded per-parameter all-gather outputs)
+        tl.alloc(key, "parameters", self._ag_bytes(n, experts))
+        tl.free("ag_state")
+        tl.rename(pending, "ag_state")
+
+    def prefetch(self, key: str, n: int, experts: int = 0) -> None:
+        """Backward prefetch: all-gather the next unit now, copy it out at its pre-backward."""
+        tl = self.tl
+        if tl.has(key) or tl.has("ag_pending:" + key):
+            return
+        tl.free("ag_state")
+        tl.alloc("ag_pending:" + key, "communication_buffers", self._ag_bytes(n, experts))
+
+    def reduce(self, keys: list[str], n: int, experts: int = 0) -> None:
+        """post_backward: free the previous reduce-scatter input (``reduce_scatter_state``), copy the
+        unsharded grads into a new reduce-scatter input in reduce_dtype (fp32 under the mixed policy),
+        free them, and accumulate the sharded output into the sharded gradient (made at the first
+        micro-batch)."""
+        if n <= 0:
+            return
+        tl, local = self.tl, self._local(n, experts)
+        rs_elem = 2 if self.s.precision == "bf16" else 4
+        tl.free("rs_state")
+        tl.alloc("rs_in", "communication_buffers", rs_elem * self.s.fsdp_shard_degree * local)
+        for k in keys:
+            tl.free(k + ":unsharded")
+        shard = keys[0] + ":sharded"
+        if not tl.has(shard):
+            tl.alloc(shard, "gradients", self.st.grad_elem * local)
+        else:
+            tl.spike(shard + ":new", "temporaries", self.st.grad_elem * local)
+        tl.rename("rs_in", "rs_state")
+
+    # -- hooks -------------------------------------------------------------------------------------
+    def _unit(self, j: int) -> tuple[str, int, int]:
+        p = self.plan
+        return f"unit{p.layer_ids[j]}", p.layer_params[j], p.layer_experts[j]
+
+    def forward_start(self, mb: int) -> None:
+        if not self.tl.has("root"):
+            self.gather("root", self.rp.embedding + self.rp.lm_head)
+
+    def layer_forward_start(self, j: int) -> None:
+        self.gather(*self._unit(j))
+
+    def layer_forward_end(self, j: int) -> None:
+        if self.s.zero == 3:
+            self.tl.free(self._unit(j)[0])
+
+    def bulk_forward_start(self, js: list[int]) -> None:
+        j0, n = js[0], len(js)
+        if self.s.zero == 2 and not self.tl.has(f"unitbulk{j0}"):
+            _, params, experts = self._unit(j0)
+            self.tl.alloc(f"unitbulk{j0}", "parameters", _r(self._ag_bytes(params, experts)) * n)
+
+    def backward_start(self, mb: int) -> None:
+        self.tl.free("ag_state")  # the root pre-backward waits for and drops the last all-gather output
+        if self.s.zero == 3 and self.plan.layer_ids:
+            # ... and, from the hook on the forward output, prefetches the last layer before the loss backward
+            self.prefetch(*self._unit(len(self.plan.layer_ids) - 1))
+
+    def layer_backward_start(self, j: int) -> None:
+        if self.s.zero == 3:
+            self.gather(*self._unit(j))
+            if j > 0:
+                self.prefetch(*self._unit(j - 1))
+
+    def grad(self, key: str, n: int, mb: int) -> None:
+        """Autograd writes the unsharded grad (param_dtype) of the gathered parameter; the unit's
+        post_backward (:meth:`reduce`) turns it into the sharded gradient."""
+        if n <= 0:
+            return
+        size = self.st.unsharded_elem * n
+        if self.tl.has(key + ":unsharded"):  # a tied weight's second contribution is added in place
+            self.tl.spike(key + ":new", "temporaries", size)
+        else:
+            self.tl.alloc(key + ":unsharded", "temporaries", size)
+
+    def layer_backward_end(self, j: int) -> None:
+        p = self.plan
+        idx = p.layer_ids[j]
+        self.reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], p.layer_train[j], p.layer_experts[j])
+        self.tl.free(f"unit{idx}")
+
+    def bulk_grads(self, j0: int, n: int) -> None:
+        key = f"gbulk{j0}:sharded"
+        if not self.tl.has(key):
+            local = self._local(self.plan.layer_train[j0], self.plan.layer_experts[j0])
+            self.tl.alloc(key, "gradients", _r(self.st.grad_elem * local) * n)
+
+    def bulk_backward_end(self, js: list[int]) -> None:
+        tl, p = self.tl, self.plan
+        if self.s.zero == 2:
+            tl.free(f"unitbulk{js[0]}")
+            return
+        tl.free(f"ag_pending:unit{p.layer_ids[js[-1]]}")
+        tl.free(f"unit{p.layer_ids[js[-1]]}")
+        if js[0] > 0:
+            self.prefetch(*self._unit(js[0] - 1))
+
+    def backward_end(self, mb: int) -> None:
+        # the root unit (embedding, final norm, LM head) reduces last; the final callback then waits for
+        # the outstanding collectives and drops their buffers
+        p = self.plan
+        self.reduce(["g_emb", "g_head"], p.emb_train + p.head_train)
+        self.tl.free("rs_state")
+        self.tl.free("ag_state")
+
+    def before_step(self) -> None:
+        self.tl.free("root")

@@ -1,0 +1,44 @@
+"""Plain PyTorch (DDP when dp > 1), and fsdp2 with tensor parallelism alone (torchtitan applies no
+``fully_shard`` at dp = cp = 1): every rank holds its (TP-local) parameters, gradients and optimizer
+states whole."""
+
+from __future__ import annotations
+
+from trainmem.memory.activations import is_amp
+from trainmem.memory.engines.base import Engine, ModelStates, lora_base
+from trainmem.memory.states import optimizer_state_bytes, optimizer_step_temp_bytes
+
+__all__ = ["TorchEngine"]
+
+
+class TorchEngine(Engine):
+    def model_states(self, notes: list[str]) -> ModelStates:
+        s, rp = self.s, self.rp
+        train_elem, base = lora_base(self.spec, s, rp, notes)
+        if s.engine == "fsdp2":
+            notes.append("fsdp2 with tensor parallelism only (dp = cp = 1): no fully_shard, as torchtitan runs it; "
+                         "each rank holds its TP shard of parameters, gradients and optimizer states")
+            if s.precision in ("amp-bf16", "amp-fp16"):  # activations.tp_only_fp32
+                notes.append("fsdp2 with tensor parallelism only: torchtitan disables mixed precision without "
+                             "FSDP (maybe_enable_amp), so the amp recipe computes in fp32")
+        T = rp.trainable
+        st = ModelStates(params=base + T * train_elem, grad_elem=train_elem,
+                         states=optimizer_state_bytes(s, T, train_elem, self.spec),
+                         step_temp=optimizer_step_temp_bytes(s, T, train_elem, train_elem))
+        if s.dp > 1:
+            # DDP Reducer allocates one flat bucket tensor per bucket (gradient_as_bucket_view=False):
+            # together a second copy of every trainable gradient (torch/csrc/distributed/c10d/reducer.cpp).
+            st.comm_static = T * train_elem
+            notes.append("DDP: bucket buffers hold a second copy of the gradients (gradient_as_bucket_view=False, the default)")
+        return st
+
+    def grad(self, key: str, n: int, mb: int) -> None:
+        """Under autocast the 16-bit gradient of a weight's cast copy exists until it is accumulated into
+        the fp32 ``.grad``."""
+        if n <= 0:
+            return
+        amp16 = is_amp(self.s) and not self.s.is_lora
+        if amp16:
+            self.tl.alloc(key + ":16", "temporaries", 2 * n)
+        super().grad(key, n, mb)
+        self.tl.free(key + ":16")

@@ -1,0 +1,256 @@
+"""What one rank's step is made of, computed once before the timeline walk: per layer the saved
+tensors (split the way backward releases them), the autocast weight copies, the gradients it makes,
+the transients of each backward sub-step, and which runs of identical layers are walked as one block.
+
+Everything here is a pure function of the model, the setup and the rank's parameters; the walk
+(:mod:`trainmem.memory.walk`) turns it into allocations and frees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainmem.memory.activations import (LayerSaved, compute_bytes, is_amp, layer_saved, residual_bytes,
+                                         sdpa_math_fallback)
+from trainmem.memory.states import RankParams, lora_param_count, stage_layers
+from trainmem.model.spec import ModelSpec
+from trainmem.setup import TrainingSetup
+
+__all__ = ["StepPlan", "build_plan", "MIN_BULK_RUN"]
+
+#: Runs of at least this many identical layers have their middle simulated as one block.
+MIN_BULK_RUN = 6
+_ATTN_EARLY = ("o_input", "probs_16bit", "v_repeated", "attn_dropout_out")
+
+
+@dataclass
+class StepPlan:
+    """Per-layer sizes (bytes; lists indexed by the position j of a layer on this stage)."""
+
+    layer_ids: list[int]
+    layer_params: list[int]
+    layer_train: list[int]
+    layer_experts: list[int]
+    head_train: int
+    emb_train: int
+    saved: list[int]
+    """What each layer saves without recompute."""
+    saved_eff: list[int]
+    """What it keeps through the forward under the setup's recompute."""
+    parts: list[tuple[int, int, int, int]]
+    """saved split as (MLP output projection's input, rest of MLP, attention released early, rest)."""
+    copies: list[int]
+    copy_frac: list[float]
+    mlp_frac: list[float]
+    norm_part: int
+    head_copy: int
+    tokens: int
+    wide: int = 0
+    fwd_tmp: int = 0
+    norm_bwd: int = 0
+    final_norm_bwd: int = 0
+    mlp_bwd_extra: int = 0
+    mlp_width: int = 0
+    attn_transient: int = 0
+    o_frac: float = 0.0
+    gstream: int = 0
+    bulk_of: dict[int, list[int]] = field(default_factory=dict)
+    skip: set[int] = field(default_factory=set)
+    act_per_layer: int = 0
+    mlp_gated: bool = True
+    compute_bytes: int = 2
+
+    def kept_parts(self, j: int, recompute: str) -> tuple[int, int, int, int]:
+        """What layer j keeps through the forward, split like ``parts``: everything without recompute;
+        under selective recompute, the kept share of each part."""
+        if recompute == "none" or not self.saved[j]:
+            return self.parts[j]
+        ratio = self.saved_eff[j] / self.saved[j]
+        p_, m_, e_, _ = (int(x * ratio) for x in self.parts[j])
+        return p_, m_, e_, self.saved_eff[j] - p_ - m_ - e_
+
+    def copy_pieces(self, j: int) -> tuple[int, int, int]:
+        """Layer j's autocast weight copies: MLP output projection, rest of the MLP, attention."""
+        cm = int(self.copies[j] * self.copy_frac[j])
+        down = cm // 3 if self.mlp_gated else cm // 2
+        return down, cm - down, self.copies[j] - cm
+
+    def grad_pieces(self, j: int) -> tuple[int, int, int, int]:
+        """Layer j's parameter gradients in the order backward makes them: MLP output projection, rest
+        of the MLP, attention output projection, the rest of attention and the norms."""
+        n_mlp = int(self.layer_train[j] * self.mlp_frac[j])
+        n_down = n_mlp // 3 if self.mlp_gated else n_mlp // 2
+        n_attn = self.layer_train[j] - n_mlp
+        n_o = int(n_attn * self.o_frac)
+        return n_down, n_mlp - n_down, n_o, n_attn - n_o
+
+
+def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool, bulk: bool) -> StepPlan:
+    """The step plan of pipeline stage ``rp.stage``; ``amp_copy``: matmuls save 16-bit copies of fp32
+    weights (autocast without FSDP2's param_dtype); ``bulk``: walk runs of identical layers as blocks."""
+    first, last = rp.stage == 0, rp.stage == s.pp - 1
+    layer_ids = list(stage_layers(spec.num_layers, s.pp, rp.stage))
+    layer_params = list(rp.layers)
+    frac = (rp.trainable / rp.total) if rp.total else 0.0
+    layer_train = [int(p * frac) for p in layer_params]
+    head_train = rp.lm_head if last else 0
+    if s.is_lora:  # adapters of each layer; BERT/RoBERTa's MLM-transform adapter with the head
+        layer_train = [lora_param_count(spec, s, range(i, i + 1), False) for i in layer_ids]
+        head_train = rp.trainable - sum(layer_train)
+    # (routed experts run in their weights' dtype, fp32 under autocast: no copies for them)
+    copies = [2 * max(mm - (spec.params.layers[i].experts // s.ep) // s.tp, 0) if amp_copy and not s.is_lora else 0
+              for i, mm in zip(layer_ids, rp.layer_matmul)]
+    head_copy = 2 * (spec.params.lm_head or spec.params.embedding) // s.tp if (
+        amp_copy and last and not spec.is_encoder and not s.is_lora) else 0
+    layer_kind = _layer_kinds(spec, s, layer_ids)
+    saved = [ls.total_bytes for ls in layer_kind]
+    plan = StepPlan(
+        layer_ids=layer_ids, layer_params=layer_params, layer_train=layer_train,
+        layer_experts=[0 if s.is_lora else spec.params.layers[i].experts // s.ep // s.tp for i in layer_ids],
+        head_train=head_train, emb_train=0 if s.is_lora else (rp.embedding if first else 0),
+        saved=saved, saved_eff=_saved_under_recompute(spec, s, layer_kind, saved),
+        parts=[_layer_parts(spec, s, ls) for ls in layer_kind], copies=copies,
+        copy_frac=[_mlp_copy_fraction(spec, i) for i in layer_ids],
+        mlp_frac=[_mlp_param_fraction(spec, i) for i in layer_ids],
+        norm_part=next((t.bytes for t in layer_kind[-1].terms if t.name == "input_norm"), 0) if layer_ids else 0,
+        head_copy=head_copy, tokens=s.micro_batch * s.seq_len // s.cp, act_per_layer=saved[0] if saved else 0,
+        mlp_gated=spec.mlp_gated)
+    _set_transients(spec, s, plan)
+    if bulk:
+        plan.bulk_of, plan.skip = _bulk_runs(plan)
+    return plan
+
+
+def _layer_kinds(spec: ModelSpec, s: TrainingSetup, layer_ids: list[int]) -> list[LayerSaved]:
+    """Layers of one kind (dense / MoE) save the same: one layer_saved per kind. (LoRA without
+    checkpointing: layer 0 saves less, nothing before its first adapter, activations.py)"""
+    def kind_of(i: int) -> tuple[bool, bool]:
+        return i in spec.moe_layer_indices, s.is_lora and i == 0
+
+    kinds: dict[tuple[bool, bool], LayerSaved] = {}
+    for i in layer_ids:
+        if kind_of(i) not in kinds:
+            kinds[kind_of(i)] = layer_saved(spec, s, i)
+    return [kinds[kind_of(i)] for i in layer_ids]
+
+
+def _saved_under_recompute(spec: ModelSpec, s: TrainingSetup, kinds: list[LayerSaved], saved: list[int]) -> list[int]:
+    if s.recompute == "selective":
+        return [_selective(s, ls) for ls in kinds]
+    if s.recompute == "full":
+        ckpt_input = residual_bytes(s) * (s.micro_batch * s.seq_len // s.cp) * spec.hidden_size // (s.tp if s.sp else 1)
+        return [ckpt_input for _ in kinds]
+    return saved
+
+
+def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
+    """Transients of the forward and of each backward sub-step (bytes)."""
+    from trainmem.memory.activations import model_wide_saved_bytes
+
+    c, r, T, h = compute_bytes(s), residual_bytes(s), plan.tokens, spec.hidden_size
+    plan.compute_bytes = c
+    sp_div = s.tp if s.sp else 1
+    plan.wide = model_wide_saved_bytes(spec, s)
+    plan.fwd_tmp = 2 * r * T * h
+    if s.qlora:
+        # bitsandbytes dequantises each NF4 weight to a 16-bit temporary for its matmul: the largest
+        # (an MLP projection, h × i) is alive with the layer's working tensors
+        plan.fwd_tmp += 2 * h * max(spec.intermediate_size, spec.moe_intermediate_size) // s.tp
+    plan.gstream = r * T * h // sp_div
+    # The input norm's backward: RMSNorm differentiates its fp32 arithmetic (three fp32 tensors of width h
+    # alive together, traced); nn.LayerNorm's fused backward makes one input gradient. The final norm's
+    # backward also upcasts the LM head's input gradient (four fp32 tensors, traced).
+    plan.norm_bwd = (12 if spec.norm == "rmsnorm" else r) * T * h // sp_div
+    plan.final_norm_bwd = (16 if spec.norm == "rmsnorm" else r) * T * h // sp_div
+    # Bytes per (token × MLP width) alive together in the MLP's backward beyond d(product): gated MLPs
+    # hold d(act) and d(up) (2c), a plain MLP d(act) only; GPT-2's gelu_new under autocast
+    # differentiates its fp32 formula (three fp32 gradients of width i and a 16-bit one, traced).
+    plan.mlp_bwd_extra = 2 * c if spec.mlp_gated else c
+    if spec.hidden_act == "gelu_new" and is_amp(s):
+        plan.mlp_bwd_extra = 14 - c
+    plan.mlp_width = max(spec.intermediate_size, spec.num_experts_per_tok * spec.moe_intermediate_size) // s.tp
+    a, kv, d, dv = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
+    plan.o_frac = a * dv / (a * d + kv * d + kv * dv + a * dv)  # o_proj's share of the attention weights
+    plan.attn_transient = c * T * (h + a * d + 2 * kv * d) // s.tp
+    if s.attn == "eager" or sdpa_math_fallback(spec, s):
+        # eager attention's backward: the probabilities' gradient upcast to fp32 and softmax's input
+        # gradient (fp32), both b·a·s² (compute dtype for families whose softmax is not upcast)
+        sm = 4 if spec.model_type not in ("gpt2", "bert", "roberta", "falcon") else c
+        plan.attn_transient += 2 * sm * s.micro_batch * a * (s.seq_len // s.cp) * s.seq_len // s.tp
+
+
+def _bulk_runs(plan: StepPlan) -> tuple[dict[int, list[int]], set[int]]:
+    """Identical consecutive layers change memory by the same amount each, so within a run the peak is
+    at one of its ends: the two layers at each end of a run are walked one by one and the middle of the
+    run as one block (same peak, a fraction of the work for 80-126-layer models)."""
+    bulk_of: dict[int, list[int]] = {}
+    skip: set[int] = set()
+    n, j = len(plan.layer_ids), 0
+
+    def same(a: int, b: int) -> bool:
+        return (plan.layer_params[a], plan.saved[a], plan.copies[a], plan.saved_eff[a]) == \
+            (plan.layer_params[b], plan.saved[b], plan.copies[b], plan.saved_eff[b])
+
+    while j < n:
+        k = j
+        while k + 1 < n and same(k + 1, j):
+            k += 1
+        if k - j + 1 >= MIN_BULK_RUN:
+            mid = list(range(j + 2, k - 1))
+            bulk_of[mid[0]] = mid
+            skip.update(mid[1:])
+        j = k + 1
+    return bulk_of, skip
+
+
+def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int, int, int, int]:
+    """A layer's saved bytes as (MLP output projection's input, rest of the MLP block, attention
+    tensors released before the attention core's backward (o_proj input; eager: probabilities'
+    16-bit copy and v), the rest of attention and norms). Backward runs the MLP first: once down_proj's
+    backward is done, its saved input (the product, width i) and its weight copy are released."""
+    total = ls.total_bytes
+    mlp = sum(t.bytes for t in ls.terms if t.component in ("mlp", "experts", "router"))
+    early = sum(t.bytes for t in ls.terms if t.name in _ATTN_EARLY)
+    prod = 0
+    for t in ls.terms:
+        if s.is_lora:  # frozen output projection: only its adapter's input and rank activation (activations.py)
+            prod += t.bytes if t.name == "lora_down_input" else 0
+        elif t.name == "mlp_intermediate":
+            prod = t.bytes // (4 if spec.mlp_gated else (5 if spec.hidden_act == "gelu_new" else 2))
+            if spec.hidden_act == "gelu_new" and is_amp(s):
+                prod = t.bytes // 8  # the 2-byte cast out of 16 B per element
+        elif t.name == "expert_intermediate":
+            prod = t.bytes // 4
+    return prod, mlp - prod, early, total - mlp - early
+
+
+def _mlp_param_fraction(spec: ModelSpec, idx: int) -> float:
+    lp = spec.params.layers[idx]
+    tot = lp.total
+    return (lp.mlp + lp.experts + lp.shared_experts + lp.router) / tot if tot else 0.0
+
+
+def _mlp_copy_fraction(spec: ModelSpec, idx: int) -> float:
+    """Share of a layer's autocast weight copies that belong to the MLP block (routed experts excluded)."""
+    lp = spec.params.layers[idx]
+    mlp = lp.mlp + lp.shared_experts + lp.router
+    return mlp / (mlp + lp.attention) if (mlp + lp.attention) else 0.0
+
+
+def _selective(s: TrainingSetup, ls: LayerSaved) -> int:
+    """Selective recomputation. Megatron (--recompute-granularity selective): the core attention
+    (the s² softmax/dropout terms) is recomputed; with flash/sdpa nothing else changes.
+    torch/fsdp2: torchtitan's op-level policy keeps matmul and attention outputs and recomputes the
+    rest (norms, activations, products), modelled as dropping the norm copies and half the MLP terms."""
+    out = 0
+    for t in ls.terms:
+        if t.name in ("softmax_fp32", "probs_16bit", "attn_dropout_mask", "attn_dropout_out", "softcap_tanh"):
+            continue
+        if s.engine in ("torch", "fsdp2"):
+            if t.component == "norm":
+                continue
+            if t.name == "mlp_intermediate":
+                out += t.bytes // 2
+                continue
+        out += t.bytes
+    return out

@@ -1,0 +1,258 @@
+"""The shared timeline walk of one steady optimizer step on one rank: every micro-batch's forward layer
+by layer, the loss, the backward layer by layer (MLP first, then attention, then the input norm, with
+the recomputation of checkpointed layers), the optimizer step and ``zero_grad``. What is engine-specific
+— gathering, reducing, gradient buffers, the optimizer's copies — is asked of the engine
+(:mod:`trainmem.memory.engines`); what a layer saves and makes comes from the plan
+(:mod:`trainmem.memory.plan`)."""
+
+from __future__ import annotations
+
+from trainmem.memory.activations import (embedding_saved, head_saved, lora_forward_frame_bytes,
+                                         lora_head_frame_bytes, lora_recompute_frame_bytes)
+from trainmem.memory.engines import Engine
+from trainmem.memory.loss import LossBuffers
+from trainmem.memory.plan import StepPlan
+from trainmem.memory.timeline import Timeline
+from trainmem.model.spec import ModelSpec
+from trainmem.setup import TrainingSetup
+from trainmem.units import round_up_bytes as _r
+
+__all__ = ["StepWalk"]
+
+
+class StepWalk:
+    def __init__(self, spec: ModelSpec, s: TrainingSetup, stage: int, plan: StepPlan, engine: Engine,
+                 loss: LossBuffers, tl: Timeline) -> None:
+        self.spec, self.s, self.plan, self.eng, self.loss, self.tl = spec, s, plan, engine, loss, tl
+        self.first, self.last = stage == 0, stage == s.pp - 1
+        self.recompute = s.recompute
+        # Pipeline: stage i of p keeps min(p - i, m) micro-batches in flight (1F1B); interleaving with
+        # v chunks adds (p - 1)/(p·v) on the first stage (Megatron's memory report).
+        self.in_flight = min(s.pp - stage, s.grad_accum) if s.pp > 1 else 1
+        self.vpp_factor = (s.pp - 1) / (s.pp * s.vpp) if (s.vpp > 1 and stage == 0) else 0.0
+        engine.bind(tl, plan)
+
+    # -- the step ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        tl, eng = self.tl, self.eng
+        eng.alloc_static()
+        tl.mark("step start")
+        if self.s.pp == 1:
+            self._micro_batches()
+        else:
+            # 1F1B: warm-up forwards fill the pipeline, then the stage holds `in_flight` micro-batches at
+            # the first backward; the steady phase alternates one forward / one backward at that level.
+            for mb in range(self.in_flight):
+                self.forward(mb)
+            for mb in range(self.in_flight):
+                self.backward(mb, boundary=mb == self.in_flight - 1)
+        eng.before_step()
+        tl.mark("optimizer step")
+        eng.step()
+        tl.mark("zero_grad")
+        eng.zero_grad()
+        tl.mark("step end")
+
+    def _micro_batches(self) -> None:
+        """Micro-batches run one after another. Every micro-batch after the second sees exactly the state
+        the second saw (gradients exist, nothing else carried over), so the first, the second and the last
+        (the boundary, where DeepSpeed reduces) are walked and the rest are repeats of the second."""
+        tl, m = self.tl, self.s.grad_accum
+        differs = self.eng.boundary_differs
+        last_rep = m - 1 if differs else m
+        for mb in sorted({0, min(1, m - 1)} | ({m - 1} if differs else set())):
+            start = len(tl.points)
+            self.forward(mb)
+            self.backward(mb, boundary=mb == m - 1)
+            if mb == 1 and last_rep > 2:
+                seg = tl.points[start:]
+                for rep in range(2, last_rep):
+                    tl.points.extend((ph.replace("mb1", f"mb{rep}"), v) for ph, v in seg)
+
+    # -- forward -----------------------------------------------------------------------------------
+    def forward(self, mb: int) -> None:
+        tl, p = self.tl, self.plan
+        tl.mark(f"forward mb{mb}")
+        if self.first:
+            self.eng.forward_start(mb)
+            tl.alloc(f"emb{mb}", "activations", embedding_saved(self.spec, self.s))
+        tl.alloc(f"wide{mb}", "activations", p.wide)
+        for j in range(len(p.layer_ids)):
+            if j in p.skip:
+                continue
+            if j in p.bulk_of:
+                self.bulk_forward(mb, p.bulk_of[j])
+            else:
+                self.layer_forward(mb, j)
+        if self.vpp_factor:
+            tl.alloc(f"vpp{mb}", "activations", int(self.vpp_factor * sum(p.saved_eff)))
+        if self.last:
+            self.loss_forward(mb)
+        if self.recompute == "full":
+            # Checkpointed layers save no weights: their 16-bit copies were held only by autocast's
+            # cast cache, which is cleared when the autocast region (forward + loss) ends.
+            for idx in p.layer_ids:
+                for suffix in ("", ".d", ".m"):
+                    tl.free(f"wcopy{mb}.{idx}{suffix}")
+            for j0 in p.bulk_of:
+                tl.free(f"wcopybulk{mb}.{j0}")
+
+    def layer_forward(self, mb: int, j: int) -> None:
+        tl, p, s = self.tl, self.plan, self.s
+        idx = p.layer_ids[j]
+        self.eng.layer_forward_start(j)
+        lora_tmp = lora_forward_frame_bytes(self.spec, s, idx) if s.is_lora else 0  # (in its adapted down_proj)
+        full = self.recompute == "full"
+        tl.spike(f"fwdtmp{mb}.{idx}", "activations", (max(p.fwd_tmp, lora_tmp) + p.saved[j]) if full else p.fwd_tmp)
+        if not full:
+            prod, mlp_rest, early, attn = p.kept_parts(j, self.recompute)
+            nrm = min(attn, p.norm_part) if self.recompute == "none" else 0
+            tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
+            tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
+            tl.alloc(f"act{mb}.{idx}.e", "activations", early)
+            tl.alloc(f"act{mb}.{idx}", "activations", attn - nrm)
+            tl.alloc(f"act{mb}.{idx}.n", "activations", nrm)
+        else:
+            tl.alloc(f"act{mb}.{idx}", "activations", p.saved_eff[j])
+        c_down, c_mlp, c_attn = p.copy_pieces(j)
+        tl.alloc(f"wcopy{mb}.{idx}.d", "activations", c_down)
+        tl.alloc(f"wcopy{mb}.{idx}.m", "activations", c_mlp)
+        tl.alloc(f"wcopy{mb}.{idx}", "activations", c_attn)
+        if lora_tmp and not full:
+            tl.spike(f"lorafwd{mb}.{idx}", "activations", lora_tmp)
+        self.eng.layer_forward_end(j)
+
+    def bulk_forward(self, mb: int, js: list[int]) -> None:
+        """Forward of a block of identical layers: what they leave behind, in one allocation."""
+        p, n, j0 = self.plan, len(js), js[0]
+        self.eng.bulk_forward_start(js)
+        per = sum(_r(x) for x in p.kept_parts(j0, self.recompute)) if self.recompute != "full" else _r(p.saved_eff[j0])
+        self.tl.alloc(f"actbulk{mb}.{j0}", "activations", per * n)
+        self.tl.alloc(f"wcopybulk{mb}.{j0}", "activations", sum(_r(x) for x in p.copy_pieces(j0)) * n)
+
+    def loss_forward(self, mb: int) -> None:
+        tl, p, s, loss = self.tl, self.plan, self.s, self.loss
+        tl.mark(f"loss mb{mb}")
+        fused = s.loss == "fused-linear"
+        tl.alloc(f"head{mb}", "activations", head_saved(self.spec, s, lm_input=not fused))
+        tl.alloc(f"hcopy{mb}", "activations", 0 if fused else p.head_copy)
+        if fused and p.head_train:
+            # Liger computes the LM head's weight gradient in the forward; it becomes its .grad
+            self.eng.grad("g_head", p.head_train, mb)
+        tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
+        tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
+        tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes + lora_head_frame_bytes(self.spec, s))
+        if s.loop == "trainer":
+            # HF Trainer's compute_loss returns the loss only (torchtitan: ``del pred``; Megatron returns
+            # the loss): the model output dies here; the loss graph keeps no reference to the logits
+            # (``logits.float()`` saves nothing, log_softmax saves its output).
+            tl.free(f"logits{mb}")
+
+    # -- backward ----------------------------------------------------------------------------------
+    def backward(self, mb: int, boundary: bool) -> None:
+        tl, p, eng = self.tl, self.plan, self.eng
+        tl.mark(f"backward mb{mb}")
+        eng.backward_start(mb)
+        if self.last:
+            self.loss_backward(mb)
+        tl.alloc(f"gstream{mb}", "temporaries", p.gstream)
+        eng.after_gradient_stream(mb, boundary)
+        for j in reversed(range(len(p.layer_ids))):
+            if j in p.skip:
+                continue
+            if j in p.bulk_of:
+                self.bulk_backward(mb, p.bulk_of[j])
+            else:
+                self.layer_backward(mb, j)
+        tl.free(f"gstream{mb}")
+        tl.free(f"logits{mb}")  # loop "script": ``outputs`` goes out of scope after backward()
+        if self.first:
+            eng.grad("g_emb", p.emb_train, mb)
+            tl.free(f"emb{mb}")
+        tl.free(f"wide{mb}")
+        tl.free(f"vpp{mb}")
+        eng.backward_end(mb)
+
+    def loss_backward(self, mb: int) -> None:
+        tl, p, loss = self.tl, self.plan, self.loss
+        tl.spike(f"lossbwd{mb}", "temporaries", loss.backward_transient_bytes)
+        tl.free(f"losskept{mb}")
+        tl.alloc(f"glogits{mb}", "temporaries", loss.grad_logits_bytes)
+        if self.s.loss != "fused-linear":
+            self.eng.grad("g_head", p.head_train, mb)
+        if self.spec.tie_word_embeddings and self.first:
+            # tied LM head: the embedding's gradient is created here, at the head's backward, and the
+            # embedding's own backward adds to it at the very end
+            self.eng.grad("g_emb", p.emb_train, mb)
+        tl.free(f"glogits{mb}")
+        tl.free(f"hcopy{mb}")
+        # the final norm's backward, its saved tensors still alive
+        tl.spike(f"finalnormbwd{mb}", "temporaries", p.final_norm_bwd)
+        tl.free(f"head{mb}")
+
+    def layer_backward(self, mb: int, j: int) -> None:
+        tl, p, eng, rc = self.tl, self.plan, self.eng, self.recompute
+        idx, T = p.layer_ids[j], p.tokens
+        eng.layer_backward_start(j)
+        if rc != "none" and j == len(p.layer_ids) - 1:
+            self.recompute_layer(mb, j)
+        n_down, n_mlp_rest, n_o, n_attn_rest = p.grad_pieces(j)
+        # MLP backward: the output projection's grads, then its saved input and weight copy go (the
+        # gradient stream and d(product) first; then d(act), d(up) once down_proj is done)
+        tl.alloc(f"bwdtmp{mb}.{idx}", "temporaries", p.compute_bytes * T * p.mlp_width)
+        eng.grad(f"g{idx}d", n_down, mb)
+        self._free_all(f"act{mb}.{idx}.p", f"rc{mb}.{idx}.p", f"wcopy{mb}.{idx}.d")
+        tl.spike(f"bwdtmp{mb}.{idx}.b", "temporaries", p.mlp_bwd_extra * T * p.mlp_width)
+        eng.grad(f"g{idx}m", n_mlp_rest, mb)
+        self._free_all(f"act{mb}.{idx}.m", f"rc{mb}.{idx}.m", f"wcopy{mb}.{idx}.m", f"bwdtmp{mb}.{idx}")
+        # attention (and norms) backward: o_proj's grads first and its input released, then the core's
+        # backward (dq, dk, dv; eager: the s² gradients), then the q/k/v projections' grads
+        eng.grad(f"g{idx}o", n_o, mb)
+        self._free_all(f"act{mb}.{idx}.e", f"rc{mb}.{idx}.e")
+        tl.spike(f"bwdtmp{mb}.{idx}", "temporaries", p.attn_transient)
+        eng.grad(f"g{idx}", n_attn_rest, mb)
+        self._free_all(f"act{mb}.{idx}", f"recomp{mb}.{idx}", f"wcopy{mb}.{idx}")
+        # the input norm's backward, its own saved tensors still alive
+        tl.spike(f"normbwd{mb}.{idx}", "temporaries", p.norm_bwd)
+        tl.free(f"act{mb}.{idx}.n")
+        if rc != "none" and j > 0 and (j - 1) not in p.skip and (j - 1) not in p.bulk_of:
+            # non-reentrant checkpointing recomputes the layer below once autograd reaches a node of it
+            # that unpacks a saved tensor
+            self.recompute_layer(mb, j - 1)
+        eng.layer_backward_end(j)
+
+    def bulk_backward(self, mb: int, js: list[int]) -> None:
+        """Backward of a block: its activations go, its gradients come, collectives' state as after any
+        layer of the block."""
+        j0 = js[0]
+        self._free_all(f"actbulk{mb}.{j0}", f"wcopybulk{mb}.{j0}")
+        self.eng.bulk_grads(j0, len(js))
+        self.eng.bulk_backward_end(js)
+        if self.recompute != "none" and j0 > 0:
+            self.recompute_layer(mb, j0 - 1)
+
+    def recompute_layer(self, mb: int, j: int) -> None:
+        """The checkpointed layer's forward runs again: its saved tensors (and, under autocast, its 16-bit
+        weight copies) come back before its backward. (selective: only what the policy dropped)"""
+        tl, p, s = self.tl, self.plan, self.s
+        idx = p.layer_ids[j]
+        full = self.recompute == "full"
+        if full:
+            prod, mlp_rest, early, attn = p.parts[j]
+        else:
+            prod, mlp_rest, early, attn = (a - b for a, b in zip(p.parts[j], p.kept_parts(j, self.recompute)))
+        tl.alloc(f"rc{mb}.{idx}.p", "activations", prod)
+        tl.alloc(f"rc{mb}.{idx}.m", "activations", mlp_rest)
+        tl.alloc(f"rc{mb}.{idx}.e", "activations", early)
+        tl.alloc(f"recomp{mb}.{idx}", "activations", attn)
+        if s.is_lora and full:  # the recomputed forward's frames at its early stop
+            tl.spike(f"rcframe{mb}.{idx}", "activations", lora_recompute_frame_bytes(self.spec, s, idx))
+        if full:
+            c_down, c_mlp, c_attn = p.copy_pieces(j)
+            tl.alloc(f"wcopy{mb}.{idx}.d", "activations", c_down)
+            tl.alloc(f"wcopy{mb}.{idx}.m", "activations", c_mlp)
+            tl.alloc(f"wcopy{mb}.{idx}", "activations", c_attn)
+
+    def _free_all(self, *keys: str) -> None:
+        for k in keys:
+            self.tl.free(k)
