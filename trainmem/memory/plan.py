@@ -108,7 +108,7 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
         layer_ids=layer_ids, layer_params=layer_params, layer_train=layer_train,
         layer_experts=[0 if s.is_lora else spec.params.layers[i].experts // s.ep // s.tp for i in layer_ids],
         head_train=head_train, emb_train=0 if s.is_lora else (rp.embedding if first else 0),
-        saved=saved, saved_eff=_saved_under_recompute(spec, s, layer_kind, saved),
+        saved=saved, saved_eff=_saved_under_recompute(spec, s, layer_kind, saved, layer_ids),
         parts=[_layer_parts(spec, s, ls) for ls in layer_kind], copies=copies,
         copy_frac=[_mlp_copy_fraction(spec, i) for i in layer_ids],
         mlp_frac=[_mlp_param_fraction(spec, i) for i in layer_ids],
@@ -134,8 +134,11 @@ def _layer_kinds(spec: ModelSpec, s: TrainingSetup, layer_ids: list[int]) -> lis
     return [kinds[kind_of(i)] for i in layer_ids]
 
 
-def _saved_under_recompute(spec: ModelSpec, s: TrainingSetup, kinds: list[LayerSaved], saved: list[int]) -> list[int]:
+def _saved_under_recompute(spec: ModelSpec, s: TrainingSetup, kinds: list[LayerSaved], saved: list[int],
+                           layer_ids: list[int]) -> list[int]:
     if s.recompute == "selective":
+        if s.engine in ("torch", "fsdp2"):
+            return [_torchtitan_op_sac(spec, s, i) or _selective(s, ls) for ls, i in zip(kinds, layer_ids)]
         return [_selective(s, ls) for ls in kinds]
     if s.recompute == "full":
         ckpt_input = residual_bytes(s) * (s.micro_batch * s.seq_len // s.cp) * spec.hidden_size // (s.tp if s.sp else 1)
@@ -235,6 +238,35 @@ def _mlp_copy_fraction(spec: ModelSpec, idx: int) -> float:
     lp = spec.params.layers[idx]
     mlp = lp.mlp + lp.shared_experts + lp.router
     return mlp / (mlp + lp.attention) if (mlp + lp.attention) else 0.0
+
+
+_FUSED_QKV = ("gpt2", "gpt_neox", "falcon", "phi3")
+
+
+def _torchtitan_op_sac(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
+    """torch/fsdp2 ``--recompute selective``: torchtitan's op-level selective checkpointing
+    (torchtitan/models/llama3/infra/parallelize.py ``_apply_ac_to_transformer_block``, mode "selective",
+    option "op"; torch.utils.checkpoint ``create_selective_checkpoint_contexts``). Per layer it keeps the
+    checkpoint input, the outputs of the fused attention kernel (output + logsumexp) and of every other
+    ``aten.mm`` (the counter restarts in each layer; even-numbered ones are recomputed); everything else
+    is recomputed. Bytes per layer on this rank; 0 where the layer is not modelled this way (MoE, MLA)."""
+    if idx in spec.moe_layer_indices or spec.kv_lora_rank is not None:
+        return 0
+    c, r, tp = compute_bytes(s), residual_bytes(s), s.tp
+    h, a, kv, d, dv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
+    i = spec.intermediate_size
+    attn_mm = [a * d + kv * d + kv * dv] if spec.model_type in _FUSED_QKV else [a * d, kv * d, kv * dv]
+    if spec.model_type == "phi3":
+        mlp_mm = [2 * i]                     # gate_up_proj
+    else:
+        mlp_mm = [i, i] if spec.mlp_gated else [i]
+    # (column-parallel outputs are tp-local; row-parallel ones a full-width partial sum before the reduce)
+    widths = [w / tp for w in attn_mm] + [h] + [w / tp for w in mlp_mm] + [h]
+    kept_mm = sum(w for n, w in enumerate(widths, start=1) if n % 2 == 1)
+    fused_attn = s.attn != "eager" and not sdpa_math_fallback(spec, s)
+    attn_out = (c * a * dv + 4 * a) / tp if fused_attn else 0.0
+    T = s.micro_batch * s.seq_len // s.cp
+    return int(T * (r * h / (tp if s.sp else 1) + c * kept_mm + attn_out))
 
 
 def _selective(s: TrainingSetup, ls: LayerSaved) -> int:
