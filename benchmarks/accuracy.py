@@ -102,6 +102,10 @@ TUNING: list[Case] = [
     C("qwen2.5-0.5b", precision="bf16", seq_len=1024, micro_batch=2, lora_rank=64, lora_targets="all-linear"),
     C("gpt2", precision="amp-bf16", seq_len=1024, micro_batch=4, lora_rank=8, lora_targets="c_attn"),
     C("mistral-7b", precision="bf16", seq_len=1024, micro_batch=2, lora_rank=16, lora_targets="q_proj,k_proj,v_proj,o_proj"),
+    # fsdp2 + TP (torchtitan's Llama plan via parallelize_module, trace/tp.py; tests/trace/test_tp_trace.py)
+    C("llama-3.2-1b", precision="bf16", seq_len=2048, micro_batch=2, engine="fsdp2", gpus=8, tp=8),
+    C("llama-3.2-1b", precision="amp-bf16", seq_len=2048, micro_batch=2, engine="fsdp2", gpus=8, tp=4),
+    C("qwen2.5-0.5b", precision="bf16", seq_len=1024, engine="fsdp2", gpus=2, tp=2, no_sp=True),
 ]
 
 # Models, sizes and settings the estimator was not developed against (run after tuning, not tuned on).
@@ -127,6 +131,11 @@ HOLDOUT: list[Case] = [
     C("pythia-1b", precision="amp-bf16", seq_len=1024, micro_batch=2, lora_rank=16, lora_targets="query_key_value"),
     C("phi-3-mini-4k", precision="bf16", seq_len=1024, micro_batch=2, lora_rank=32,
       lora_targets="qkv_proj,o_proj,gate_up_proj,down_proj"),
+    # fsdp2 + TP: full logits per rank, FSDP2 × TP with full recompute, TP alone (fp32 compute, torchtitan)
+    C("tinyllama-1.1b", precision="bf16", seq_len=2048, micro_batch=2, engine="fsdp2", gpus=4, tp=4,
+      no_loss_parallel=True),
+    C("qwen2.5-1.5b", precision="amp-bf16", seq_len=4096, recompute="full", engine="fsdp2", gpus=8, tp=2),
+    C("llama-3.2-1b", precision="amp-bf16", seq_len=1024, engine="fsdp2", gpus=2, tp=2),
 ]
 
 
@@ -299,6 +308,10 @@ def write_doc(path: str, tuning: list[dict], holdout: list[dict]) -> None:
     ]
     with open(path, "w") as f:
         f.write("\n".join(lines))
+    # the published-measurements section (benchmarks/published.py), estimates of the current code
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import published
+    published.update_accuracy_doc(published.evaluate_all(published.load_points()), path=published.Path(path))
     import json
     with open(path.replace(".md", ".json"), "w") as f:
         json.dump({"tuning": tuning, "holdout": holdout}, f, indent=1, default=str)

@@ -23,7 +23,7 @@ as ``needs <field>``) are printed but left out of the median. A measured range c
 when the estimate falls inside it, else the error is taken against the nearer bound.
 
 Run:  python benchmarks/published.py               # the table and the summary
-      python benchmarks/published.py --markdown    # also writes docs/published.md
+      python benchmarks/published.py --markdown    # also writes docs/published.md and its section of docs/accuracy.md
       python benchmarks/published.py --only torchtitan   # points whose id contains a string
 """
 
@@ -287,6 +287,31 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+ACCURACY_DOC = ROOT / "docs" / "accuracy.md"
+SECTION_START, SECTION_END = "<!-- published:start -->", "<!-- published:end -->"
+
+
+def accuracy_section(rows: list[Row]) -> str:
+    """The published-measurements table as a section of docs/accuracy.md (between markers, so that
+    ``benchmarks/accuracy.py`` and ``--markdown`` can each rewrite it)."""
+    body = markdown(rows).split("\n## Points over 15 % error", 1)[0].splitlines()
+    body = [ln for ln in body if not ln.startswith("# trainmem against")]
+    return "\n".join([SECTION_START, "## Published GPU measurements", *body,
+                      "", "Per-point diagnoses of every point over 15 % and the quotes: [published.md](published.md).",
+                      SECTION_END])
+
+
+def update_accuracy_doc(rows: list[Row], path: Path = ACCURACY_DOC) -> None:
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    section = accuracy_section(rows)
+    if SECTION_START in text and SECTION_END in text:
+        head, rest = text.split(SECTION_START, 1)
+        text = head + section + rest.split(SECTION_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", action="store_true", help=f"also write {DOC.relative_to(ROOT)}")
@@ -300,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     if args.markdown:
         DOC.write_text(markdown(rows), encoding="utf-8")
-        print(f"wrote {DOC.relative_to(ROOT)}")
+        update_accuracy_doc(rows)
+        print(f"wrote {DOC.relative_to(ROOT)} and its section of {ACCURACY_DOC.relative_to(ROOT)}")
     return 0
 
 
