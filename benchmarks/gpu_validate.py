@@ -21,8 +21,13 @@ from trainmem.units import GiB
 
 CASES = [
     ("qwen2.5-0.5b", dict(precision="bf16", seq_len=2048, micro_batch=4)),
+    ("qwen2.5-0.5b", dict(precision="bf16", seq_len=2048, micro_batch=4, loop="script")),
     ("qwen2.5-0.5b", dict(precision="amp-bf16", seq_len=1024, micro_batch=8, recompute="full")),
+    ("qwen2.5-0.5b", dict(precision="bf16", seq_len=2048, micro_batch=4, loss="chunked")),
     ("llama-3.2-1b", dict(precision="amp-bf16", seq_len=2048, micro_batch=2)),
+    ("llama-3.2-1b", dict(precision="bf16", seq_len=2048, micro_batch=4, lora_rank=16, lora_targets="q_proj,v_proj")),
+    ("llama-3.2-1b", dict(precision="amp-bf16", seq_len=2048, micro_batch=4, lora_rank=32,
+                          lora_targets="all-linear", recompute="full")),
     ("tinyllama-1.1b", dict(precision="bf16", seq_len=4096, micro_batch=2, attn="eager")),
     ("gpt2", dict(precision="amp-fp16", seq_len=1024, micro_batch=16, grad_accum=2)),
 ]
@@ -40,7 +45,11 @@ def main() -> int:
     from trainmem.trace.cuda import cuda_step
 
     gpu_name = torch.cuda.get_device_name(0)
-    catalog_gpu = "H200-141G" if "H200" in gpu_name else ("A100-SXM-80G" if "A100" in gpu_name else "H100-SXM-80G")
+    from trainmem.errors import TrainmemError
+    try:  # the catalog takes the names torch.cuda prints
+        catalog_gpu = make_setup(gpu=gpu_name).gpu
+    except TrainmemError:
+        catalog_gpu = "H100-SXM-80G"
     rows = []
     print(f"{'case':70s} {'alloc GiB':>9} {'est':>7} {'err':>7} {'reserved':>9} {'est':>7} {'err':>7}")
     for model, kw in CASES:

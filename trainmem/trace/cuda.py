@@ -60,15 +60,25 @@ def cuda_step(spec: "ModelSpec", setup: "TrainingSetup") -> CudaStepResult:
     scaler = torch.amp.GradScaler("cuda") if setup.precision == "amp-fp16" else None
     vocab = int(spec.hf_config.get("vocab_size", spec.vocab_size))
 
+    from trainmem.trace.losses import run_loss
+    from trainmem.trace.step import _labels
+
     def one_step() -> None:
         for _ in range(setup.grad_accum):
             ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len), device="cuda")
+            labels = _labels(spec, ids).to("cuda")
             ctx = torch.autocast("cuda", dtype=dtype_amp) if dtype_amp else contextlib.nullcontext()
             with ctx:
-                out = model(input_ids=ids, labels=ids, use_cache=False)
-            loss = out.loss / setup.grad_accum
+                if setup.loss == "hf":
+                    out = model(input_ids=ids, labels=labels, use_cache=False)
+                    loss = out.loss
+                else:
+                    out, loss = run_loss(model, setup, ids, labels)
+            if setup.loop == "trainer":
+                out = None  # HF Trainer's compute_loss returns the loss only
+            loss = loss / setup.grad_accum
             (scaler.scale(loss) if scaler else loss).backward()
-            del out, loss, ids
+            del out, loss, ids, labels
         if scaler:
             scaler.step(opt)
             scaler.update()
