@@ -86,6 +86,10 @@ class StepWalk:
                 self.layer_forward(mb, j)
         if self.vpp_factor:
             tl.alloc(f"vpp{mb}", "activations", int(self.vpp_factor * sum(p.saved_eff)))
+        if not self.last and self.s.engine == "fsdp2":
+            # torch.distributed.pipelining keeps each stage output for its backward (nothing inside the stage
+            # saves the last layer's output); traced: trace/pipeline.py
+            tl.alloc(f"stageout{mb}", "activations", p.gstream)
         if self.last:
             self.loss_forward(mb)
         if self.recompute == "full":
@@ -155,6 +159,8 @@ class StepWalk:
         eng.backward_start(mb)
         if self.last:
             self.loss_backward(mb)
+        else:  # the output's gradient, received from the next stage, alive through this backward
+            tl.alloc(f"recvgrad{mb}", "temporaries", p.gstream)
         tl.alloc(f"gstream{mb}", "temporaries", p.gstream)
         eng.after_gradient_stream(mb, boundary)
         for j in reversed(range(len(p.layer_ids))):
@@ -165,9 +171,26 @@ class StepWalk:
             else:
                 self.layer_backward(mb, j)
         tl.free(f"gstream{mb}")
+        self._free_all(f"recvgrad{mb}", f"stageout{mb}")
         tl.free(f"logits{mb}")  # loop "script": ``outputs`` goes out of scope after backward()
         if self.first:
-            eng.grad("g_emb", p.emb_train, mb)
+            # torch TP (fsdp2 + tp): DTensor has no vocab-sharded strategy for embedding_dense_backward
+            # (torch/distributed/tensor/_ops/_embedding_ops.py, torch 2.13): RowwiseParallel's embedding
+            # gradient is computed for the whole vocabulary (Partial) and reduce-scattered into the local
+            # Shard(0) gradient, alive together (traced: tests/trace/test_tp_trace.py); tied to the LM head, that
+            # shard and its sum with the head's gradient are both new (one is the engine's "new" grad below).
+            # TP alone, untied: nothing redistributes it (FSDP2 would, before its reduce-scatter): the Partial
+            # full-vocabulary gradient itself becomes the embedding's .grad until the optimizer step.
+            emb_grad = p.emb_train
+            if self.s.engine == "fsdp2" and self.s.tp > 1 and p.emb_train > 0:
+                from trainmem.memory.activations import compute_bytes
+                c, tied = compute_bytes(self.s), self.spec.tie_word_embeddings
+                if self.s.fsdp_applied or tied:
+                    tl.alloc(f"embfull{mb}", "temporaries", c * self.spec.params.embedding + (c * p.emb_train if tied else 0))
+                else:
+                    emb_grad = self.spec.params.embedding
+            eng.grad("g_emb", emb_grad, mb)
+            tl.free(f"embfull{mb}")
             tl.free(f"emb{mb}")
         tl.free(f"wide{mb}")
         tl.free(f"vpp{mb}")

@@ -461,6 +461,14 @@ PATTERNS: list[tuple[str, str]] = [
     ("gpu {g:w} has no bfloat16 support; use fp16 recipes (amp-fp16, mixed-fp16) or fp32",
      "GPU {g} 不支持 bfloat16；请用 fp16 配方（amp-fp16、mixed-fp16）或 fp32"),
     ("engine {e:w} is not modelled", "没有建模 {e} 引擎"),
+    # trace/pipeline.py
+    ("pp({p:d}) with {mt:w} (a pipeline stage is traced for {fams})",
+     "{mt} 上的 pp({p})（只对 {fams!l} 追踪流水线阶段）"),
+    ("pp({p:d}) with tp, vpp, LoRA, a chunked/fused loss or a task head",
+     "pp({p}) 与 tp、vpp、LoRA、分块/融合 loss 或任务头同时使用"),
+    ("pipeline: stage {st:d} of {p:d} is the more loaded of the first and the last (1F1B with min(p - i, m) = "
+     "{k:d} micro-batches in flight)",
+     "流水线：第一个与最后一个阶段中，阶段 {st}（共 {p} 个）负载更高（1F1B，同时在途 min(p - i, m) = {k} 个 micro-batch）"),
     # model/heads.py
     ("{w}: num_labels({n}) is not an integer between 1 and {m:d}", "{w}：num_labels({n}) 必须是 1 到 {m} 之间的整数"),
     ("{mt:w} with a {h:w} head is not modelled; heads are modelled for {fams}",

@@ -182,12 +182,27 @@ def _downsample(points: list[tuple[str, int]], limit: int = MAX_TIMELINE_POINTS)
 
 def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress | None = None,
                _emulate: bool = True) -> TraceResult:
-    """Trace one steady optimizer step of ``spec`` trained with ``setup`` (rank 0), on fake tensors.
+    """Trace one steady optimizer step of ``spec`` trained with ``setup`` (rank 0), on fake tensors;
+    with pipeline parallelism, the first and the last stage, and report the more loaded one.
 
     Raises :class:`trainmem.errors.UnsupportedError` for setups that cannot be traced.
     ``_emulate=False`` (tests only) switches the CUDA emulations off to show what they change.
     """
     check_traceable(spec, setup)
+    if setup.pp == 1:
+        return _trace_stage(spec, setup, 0, progress=progress, _emulate=_emulate)
+    results = [_trace_stage(spec, setup, st, progress=progress, _emulate=_emulate) for st in sorted({0, setup.pp - 1})]
+    best = max(results, key=lambda r: r.peak_allocated_bytes)
+    st = results.index(best) * (setup.pp - 1)
+    best.notes.append(f"pipeline: stage {st} of {setup.pp} is the more loaded of the first and the last "
+                      f"(1F1B with min(p - i, m) = {min(setup.pp - st, setup.grad_accum)} micro-batches in flight)")
+    return best
+
+
+def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progress: Progress | None,
+                 _emulate: bool) -> TraceResult:
+    """Trace pipeline stage ``stage`` (the whole model when pp = 1)."""
+    from trainmem.trace import pipeline
     import transformers
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -216,7 +231,7 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
                              "reserved memory from a replay of the caching allocator (trace/allocator.py)"]
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
-        mesh = stack.enter_context(fake_world(setup.gpus, setup.tp)) if (fsdp or tp) else None
+        mesh = stack.enter_context(fake_world(setup.gpus // setup.pp, setup.tp)) if (fsdp or tp) else None
         stack.enter_context(FakeTensorMode())
         tracker = StorageTracker()
         stack.callback(tracker.close)
@@ -237,7 +252,11 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
         verbosity = transformers.logging.get_verbosity()
         transformers.logging.set_verbosity_error()  # config-validation chatter would corrupt --json users' logs
         stack.callback(transformers.logging.set_verbosity, verbosity)
-        model = _build_model(spec, setup)
+        if setup.pp > 1:
+            model = _build_model(pipeline.stage_spec(spec, setup, stage), setup)
+            pipeline.make_stage(model, setup, stage)
+        else:
+            model = _build_model(spec, setup)
         if tp:
             tp_plan.apply(model, mesh, setup)
         if fsdp:
@@ -270,8 +289,13 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
             model.loss_function = loss_function
         tick("build")
 
+        def amp_ctx() -> Any:
+            return torch.autocast("cpu", dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
+
         def one_step(name: str) -> None:
-            for i in range(ga):
+            if setup.pp > 1:
+                pipeline.micro_batches(model, spec, setup, stage, tracker, amp_ctx, lambda ids: _labels(spec, ids))
+            for i in range(ga if setup.pp == 1 else 0):
                 tracker.phase = f"forward[{i}]"
                 ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len))
                 labels = _labels(spec, ids)

@@ -27,8 +27,13 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
     if s.engine == "torch" and s.dp > 1:
         raise _no(f"the torch engine with dp({s.dp}) > 1 (DDP buckets are not traced yet)")
     for axis in ("tp", "pp", "cp", "ep"):
-        if getattr(s, axis) > 1 and not (axis == "tp" and s.engine == "fsdp2"):
+        if getattr(s, axis) > 1 and not (axis in ("tp", "pp") and s.engine == "fsdp2"):
             raise _no(f"{axis}({getattr(s, axis)}) > 1")
+    if s.pp > 1:  # one pipeline stage's slice and its 1F1B micro-batches (trace/pipeline.py)
+        from trainmem.trace.pipeline import unsupported
+        why = unsupported(spec, s)
+        if why:
+            raise _no(why)
     if s.tp > 1:  # torchtitan's Llama TP plan on HF module names (trace/tp.py)
         from trainmem.trace.tp import TP_FAMILIES
         if spec.model_type not in TP_FAMILIES or spec.is_moe:
