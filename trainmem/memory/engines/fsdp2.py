@@ -128,6 +128,10 @@ class FSDP2Engine(Engine):
     def layer_backward_start(self, j: int) -> None:
         if self.s.zero == 3:
             self.gather(*self._unit(j))
+            # in backward wait_for_unshard keeps no all_gather_state (only the forward's implicit prefetch
+            # does): the output is freed right after its copy-out (_fsdp_param_group.py wait_for_unshard,
+            # torch 2.13); seen at layer 0 and the embedding backward, where no prefetch follows (traced)
+            self.tl.free("ag_state")
             if j > 0:
                 self.prefetch(*self._unit(j - 1))
 
@@ -145,8 +149,10 @@ class FSDP2Engine(Engine):
     def layer_backward_end(self, j: int) -> None:
         p = self.plan
         idx = p.layer_ids[j]
-        self.reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], p.layer_train[j], p.layer_experts[j])
+        # post_backward reshards (frees the unsharded parameters) before foreach_reduce allocates the
+        # reduce-scatter input (_fsdp_param_group.py post_backward, torch 2.13; traced)
         self.tl.free(f"unit{idx}")
+        self.reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], p.layer_train[j], p.layer_experts[j])
 
     def bulk_grads(self, j0: int, n: int) -> None:
         key = f"gbulk{j0}:sharded"
@@ -168,6 +174,7 @@ class FSDP2Engine(Engine):
         # the root unit (embedding, final norm, LM head) reduces last; the final callback then waits for
         # the outstanding collectives and drops their buffers
         p = self.plan
+        self.tl.free("root")  # resharded after backward, before its reduce-scatter (as a layer's unit)
         self.reduce(["g_emb", "g_head"], p.emb_train + p.head_train)
         self.tl.free("rs_state")
         self.tl.free("ag_state")
