@@ -137,6 +137,13 @@ HOLDOUT: list[Case] = [
       no_loss_parallel=True),
     C("qwen2.5-1.5b", precision="amp-bf16", seq_len=4096, recompute="full", engine="fsdp2", gpus=8, tp=2),
     C("llama-3.2-1b", precision="amp-bf16", seq_len=1024, engine="fsdp2", gpus=2, tp=2),
+    # loops, losses and a pipeline stage (added with --loop/--loss and trace/pipeline.py)
+    C("qwen2.5-1.5b", precision="bf16", seq_len=2048, micro_batch=2, loop="script"),
+    C("llama-3.2-1b", precision="amp-bf16", seq_len=2048, micro_batch=2, grad_accum=2, loop="script"),
+    C("llama-3.2-1b", precision="bf16", seq_len=4096, micro_batch=2, loss="chunked"),
+    C("qwen2.5-0.5b", precision="amp-bf16", seq_len=2048, micro_batch=4, loss="fused-linear"),
+    C("qwen2.5-0.5b", precision="bf16", seq_len=1024, micro_batch=2, engine="fsdp2", gpus=2, pp=2, grad_accum=4),
+    C("llama-3.2-1b", precision="amp-bf16", seq_len=1024, micro_batch=2, engine="fsdp2", gpus=8, pp=2, grad_accum=4),
 ]
 
 
@@ -244,6 +251,40 @@ def _summary(rows: list[dict]) -> str:
     return s
 
 
+def _path(case: str) -> str:
+    """The engine path a case exercises (engine, parallelism, LoRA, loop, loss), from its label."""
+    kw = dict(part.split("=", 1) for part in case.split()[1:] if "=" in part)
+    engine, tp, pp, gpus = kw.get("engine", "torch"), int(kw.get("tp", 1)), int(kw.get("pp", 1)), int(kw.get("gpus", 1))
+    if tp > 1:
+        engine = "fsdp2 × tp" if gpus > tp * pp else "tp (no FSDP)"
+    parts = [engine] + (["pipeline stage"] if pp > 1 else [])
+    if "lora_rank" in kw:
+        parts.append("LoRA")
+    if kw.get("recompute", "none") != "none":
+        parts.append(f"recompute {kw['recompute']}")
+    parts.append(f"loop {kw.get('loop', 'trainer')}")
+    if kw.get("loss", "hf") != "hf":
+        parts.append(f"loss {kw['loss']}")
+    return ", ".join(parts)
+
+
+def _by_path(rows: list[dict]) -> list[str]:
+    """Median and max |error| of allocated and reserved per engine path, over both sets."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if "trace" in r:
+            groups.setdefault(_path(r["case"]), []).append(r)
+    out = ["| path | cases | allocated: median | max | reserved: median | max |", "|---|---:|---:|---:|---:|---:|"]
+    for name in sorted(groups):
+        g = groups[name]
+        a = [abs(r["error"]) for r in g]
+        rv = [abs(r["reserved_error"]) for r in g if r.get("reserved_error") is not None]
+        med = lambda xs: f"{100 * statistics.median(xs):.2f} %" if xs else "n/a"  # noqa: E731
+        mx = lambda xs: f"{100 * max(xs):.2f} %" if xs else "n/a"  # noqa: E731
+        out.append(f"| {name} | {len(g)} | {med(a)} | {mx(a)} | {med(rv)} | {mx(rv)} |")
+    return out
+
+
 def write_doc(path: str, tuning: list[dict], holdout: list[dict]) -> None:
     import torch
     import transformers
@@ -286,6 +327,10 @@ def write_doc(path: str, tuning: list[dict], holdout: list[dict]) -> None:
         "(`trainmem/trace/allocator.py`, default settings; 'expandable' with `expandable_segments:True`), the",
         "prediction of `torch.cuda.max_memory_reserved()`; 'estimate reserved' is the estimator's reserve model",
         "(`trainmem/memory/overhead.py::reserved_bytes`) without the cuBLAS workspace's segment.",
+        "",
+        "## Per engine path (tuning and hold-out together)",
+        "",
+        *_by_path(tuning + holdout),
         "",
         "## Tuning set",
         "",
