@@ -73,8 +73,8 @@ class StepWalk:
     def forward(self, mb: int) -> None:
         tl, p = self.tl, self.plan
         tl.mark(f"forward mb{mb}")
+        self.eng.forward_start(mb)  # (FSDP2: every stage's root unit — embedding first, norm + LM head last)
         if self.first:
-            self.eng.forward_start(mb)
             tl.alloc(f"emb{mb}", "activations", embedding_saved(self.spec, self.s))
         tl.alloc(f"wide{mb}", "activations", p.wide)
         for j in range(len(p.layer_ids)):

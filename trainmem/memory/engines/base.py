@@ -104,7 +104,7 @@ class Engine:
 
     # -- forward -----------------------------------------------------------------------------------
     def forward_start(self, mb: int) -> None:
-        """Before the first layer's forward (first pipeline stage only)."""
+        """Before the first layer's forward (every pipeline stage)."""
 
     def layer_forward_start(self, j: int) -> None:
         """Before layer j's forward (gather its parameters)."""
