@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainmem.memory.activations import (LayerSaved, compute_bytes, is_amp, layer_saved, residual_bytes,
-                                         sdpa_math_fallback)
+from trainmem.memory.activations import (LayerSaved, compute_bytes, is_amp, layer_saved, model_wide_saved_bytes,
+                                         residual_bytes, sdpa_math_fallback)
 from trainmem.memory.states import RankParams, lora_param_count, stage_layers
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
@@ -57,6 +57,10 @@ class StepPlan:
     bulk_of: dict[int, list[int]] = field(default_factory=dict)
     skip: set[int] = field(default_factory=set)
     act_per_layer: int = 0
+    emb_grad: int = 0
+    """Elements of the embedding gradient the embedding's own backward makes."""
+    emb_backward_transient: int = 0
+    """Bytes alive with it (torch TP's full-vocabulary gradient before its reduce-scatter)."""
     mlp_gated: bool = True
     compute_bytes: int = 2
 
@@ -116,6 +120,7 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
         head_copy=head_copy, tokens=s.micro_batch * s.seq_len // s.cp, act_per_layer=saved[0] if saved else 0,
         mlp_gated=spec.mlp_gated)
     _set_transients(spec, s, plan)
+    plan.emb_grad, plan.emb_backward_transient = _embedding_backward(spec, s, plan.emb_train)
     if bulk:
         plan.bulk_of, plan.skip = _bulk_runs(plan)
     return plan
@@ -148,8 +153,6 @@ def _saved_under_recompute(spec: ModelSpec, s: TrainingSetup, kinds: list[LayerS
 
 def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
     """Transients of the forward and of each backward sub-step (bytes)."""
-    from trainmem.memory.activations import model_wide_saved_bytes
-
     c, r, T, h = compute_bytes(s), residual_bytes(s), plan.tokens, spec.hidden_size
     plan.compute_bytes = c
     sp_div = s.tp if s.sp else 1
@@ -180,6 +183,23 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
         # gradient (fp32), both b·a·s² (compute dtype for families whose softmax is not upcast)
         sm = 4 if spec.model_type not in ("gpt2", "bert", "roberta", "falcon") else c
         plan.attn_transient += 2 * sm * s.micro_batch * a * (s.seq_len // s.cp) * s.seq_len // s.tp
+
+
+def _embedding_backward(spec: ModelSpec, s: TrainingSetup, emb_train: int) -> tuple[int, int]:
+    """(elements of the embedding's gradient, bytes of the transient alive with it). Torch TP (fsdp2 +
+    tp): DTensor has no vocab-sharded strategy for embedding_dense_backward
+    (torch/distributed/tensor/_ops/_embedding_ops.py, torch 2.13): RowwiseParallel's embedding gradient is
+    computed for the whole vocabulary (Partial) and reduce-scattered into the local Shard(0) gradient,
+    alive together (traced: tests/trace/test_tp_trace.py); tied to the LM head, that shard and its sum
+    with the head's gradient are both new (one is the engine's "new" grad). TP alone, untied: nothing
+    redistributes it (FSDP2 would, before its reduce-scatter): the Partial full-vocabulary gradient
+    itself becomes the embedding's .grad until the optimizer step."""
+    if not (s.engine == "fsdp2" and s.tp > 1 and emb_train > 0):
+        return emb_train, 0
+    c, tied = compute_bytes(s), spec.tie_word_embeddings
+    if s.fsdp_applied or tied:
+        return emb_train, c * spec.params.embedding + (c * emb_train if tied else 0)
+    return spec.params.embedding, 0
 
 
 def _bulk_runs(plan: StepPlan) -> tuple[dict[int, list[int]], set[int]]:

@@ -174,22 +174,8 @@ class StepWalk:
         self._free_all(f"recvgrad{mb}", f"stageout{mb}")
         tl.free(f"logits{mb}")  # loop "script": ``outputs`` goes out of scope after backward()
         if self.first:
-            # torch TP (fsdp2 + tp): DTensor has no vocab-sharded strategy for embedding_dense_backward
-            # (torch/distributed/tensor/_ops/_embedding_ops.py, torch 2.13): RowwiseParallel's embedding
-            # gradient is computed for the whole vocabulary (Partial) and reduce-scattered into the local
-            # Shard(0) gradient, alive together (traced: tests/trace/test_tp_trace.py); tied to the LM head, that
-            # shard and its sum with the head's gradient are both new (one is the engine's "new" grad below).
-            # TP alone, untied: nothing redistributes it (FSDP2 would, before its reduce-scatter): the Partial
-            # full-vocabulary gradient itself becomes the embedding's .grad until the optimizer step.
-            emb_grad = p.emb_train
-            if self.s.engine == "fsdp2" and self.s.tp > 1 and p.emb_train > 0:
-                from trainmem.memory.activations import compute_bytes
-                c, tied = compute_bytes(self.s), self.spec.tie_word_embeddings
-                if self.s.fsdp_applied or tied:
-                    tl.alloc(f"embfull{mb}", "temporaries", c * self.spec.params.embedding + (c * p.emb_train if tied else 0))
-                else:
-                    emb_grad = self.spec.params.embedding
-            eng.grad("g_emb", emb_grad, mb)
+            tl.alloc(f"embfull{mb}", "temporaries", p.emb_backward_transient)  # (torch TP, plan.py)
+            eng.grad("g_emb", p.emb_grad, mb)
             tl.free(f"embfull{mb}")
             tl.free(f"emb{mb}")
         tl.free(f"wide{mb}")

@@ -295,29 +295,29 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
         def one_step(name: str) -> None:
             if setup.pp > 1:
                 pipeline.micro_batches(model, spec, setup, stage, tracker, amp_ctx, lambda ids: _labels(spec, ids))
-            for i in range(ga if setup.pp == 1 else 0):
-                tracker.phase = f"forward[{i}]"
-                ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len))
-                labels = _labels(spec, ids)
-                ctx = torch.autocast("cpu", dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
-                with ctx, tp_plan.loss_context(setup):
-                    if setup.loss == "hf":
-                        outputs = model(input_ids=ids, labels=labels, use_cache=False)
-                        loss = outputs.loss
-                    else:  # --loss chunked | fused-linear (trainmem/trace/losses.py)
-                        outputs, loss = run_loss(model, setup, ids, labels, on_loss=lambda: setattr(
-                            tracker, "phase", "loss" + tracker.phase[len("forward"):]))
-                if setup.loop == "trainer":
-                    del outputs  # HF Trainer's compute_loss returns the loss only
-                    outputs = None
-                if ga > 1:
-                    loss = loss / ga
-                tick(f"{name}: forward {i + 1}/{ga}")
-                tracker.phase = f"backward[{i}]"
-                with tp_plan.loss_context(setup):
-                    (scaler.scale(loss) if scaler is not None else loss).backward()
-                del loss, outputs, ids, labels
-                tick(f"{name}: backward {i + 1}/{ga}")
+            else:
+                for i in range(ga):
+                    tracker.phase = f"forward[{i}]"
+                    ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len))
+                    labels = _labels(spec, ids)
+                    with amp_ctx(), tp_plan.loss_context(setup):
+                        if setup.loss == "hf":
+                            outputs = model(input_ids=ids, labels=labels, use_cache=False)
+                            loss = outputs.loss
+                        else:  # --loss chunked | fused-linear (trainmem/trace/losses.py)
+                            outputs, loss = run_loss(model, setup, ids, labels, on_loss=lambda: setattr(
+                                tracker, "phase", "loss" + tracker.phase[len("forward"):]))
+                    if setup.loop == "trainer":
+                        del outputs  # HF Trainer's compute_loss returns the loss only
+                        outputs = None
+                    if ga > 1:
+                        loss = loss / ga
+                    tick(f"{name}: forward {i + 1}/{ga}")
+                    tracker.phase = f"backward[{i}]"
+                    with tp_plan.loss_context(setup):
+                        (scaler.scale(loss) if scaler is not None else loss).backward()
+                    del loss, outputs, ids, labels
+                    tick(f"{name}: backward {i + 1}/{ga}")
             tracker.phase = "optimizer.step"
             for p in params:
                 mark_grad(p.grad)

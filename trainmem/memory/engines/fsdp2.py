@@ -178,6 +178,3 @@ class FSDP2Engine(Engine):
         self.reduce(["g_emb", "g_head"], p.emb_train + p.head_train)
         self.tl.free("rs_state")
         self.tl.free("ag_state")
-
-    def before_step(self) -> None:
-        self.tl.free("root")
