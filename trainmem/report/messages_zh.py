@@ -504,3 +504,14 @@ PATTERNS: list[tuple[str, str]] = [
     ("Invalid value for {o}: {v} is not a valid integer.", "{o} 的取值无效：{v} 不是整数。"),
     ("Invalid value for {o}: {msg}", "{o} 的取值无效：{msg!t}"),
 ]
+
+
+def _merge_areas() -> None:
+    from trainmem.report.zh import merged
+
+    exact, patterns = merged()
+    EXACT.update(exact)
+    PATTERNS[:0] = patterns
+
+
+_merge_areas()

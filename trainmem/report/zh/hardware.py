@@ -1,0 +1,9 @@
+"""Chinese for the messages of ``trainmem/hardware``… (format: see :mod:`trainmem.report.messages_zh`)."""
+
+from __future__ import annotations
+
+EXACT: dict[str, str] = {
+}
+
+PATTERNS: list[tuple[str, str]] = [
+]
