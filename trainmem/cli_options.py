@@ -28,7 +28,7 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("seq_len", _I, "--seq-len", "tokens per sequence [2048, or the model's context if shorter]"),
     ("micro_batch", _I, "--micro-batch", "sequences per micro-batch per rank [1]"),
     ("grad_accum", _I, "--grad-accum", "micro-batches per optimizer step [1]"),
-    ("precision", _S, "--precision", "fp32|bf16|fp16|amp-bf16|amp-fp16|mixed-bf16|mixed-fp16"),
+    ("precision", _S, "--precision", "fp32|bf16|fp16|amp-bf16|amp-fp16|mixed-bf16|mixed-fp16|fp8"),
     ("optimizer", _S, "--optimizer", "adamw|adam|sgd|sgd-momentum|adamw-8bit|adafactor|lion"),
     ("recompute", _S, "--recompute", "none|selective|full"),
     ("attn", _S, "--attn", "sdpa|flash|eager"),

@@ -6,7 +6,8 @@ Defaults (the published table; ``trainmem estimate --help`` shows the same):
 field              default         meaning
 =================  ==============  ==========================================================
 engine             torch           plain PyTorch/transformers loop (DDP when dp > 1)
-precision          amp-bf16        (torch/fsdp2); mixed-bf16 for deepspeed/megatron
+precision          amp-bf16        (torch/fsdp2); mixed-bf16 for deepspeed/megatron; fp8 (megatron:
+                                   Transformer Engine, fsdp2: torchao float8) = the bf16 recipe + fp8 matmuls
 optimizer          adamw           torch.optim.AdamW, foreach, weight decay 0.01
 seq_len            2048            tokens per sequence
 micro_batch        1               sequences per micro-batch per data-parallel rank
@@ -46,10 +47,10 @@ if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
 
 __all__ = ["TrainingSetup", "make_setup", "validate_for_model", "Engine", "Precision", "Optimizer",
-           "Recompute", "Attn", "Offload", "Loop", "Loss", "RECIPES", "DEFAULT_LORA_TARGETS"]
+           "Recompute", "Attn", "Offload", "Loop", "Loss", "RECIPES", "FP8_BASE", "DEFAULT_LORA_TARGETS"]
 
 Engine = Literal["torch", "fsdp2", "deepspeed", "megatron"]
-Precision = Literal["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16"]
+Precision = Literal["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "fp8"]
 Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adamw-8bit", "adafactor", "lion"]
 Recompute = Literal["none", "selective", "full"]
 Attn = Literal["sdpa", "flash", "eager"]
@@ -60,10 +61,13 @@ Loss = Literal["hf", "chunked", "fused-linear"]
 #: Precision recipes each engine really has.
 RECIPES: dict[str, tuple[str, ...]] = {
     "torch": ("fp32", "bf16", "fp16", "amp-bf16", "amp-fp16"),
-    "fsdp2": ("fp32", "bf16", "amp-bf16", "amp-fp16"),
+    "fsdp2": ("fp32", "bf16", "amp-bf16", "amp-fp16", "fp8"),
     "deepspeed": ("fp32", "mixed-bf16", "mixed-fp16"),
-    "megatron": ("fp32", "mixed-bf16", "mixed-fp16"),
+    "megatron": ("fp32", "mixed-bf16", "mixed-fp16", "fp8"),
 }
+#: The 16-bit recipe an fp8 run keeps its parameters, gradients and optimizer in: fp8 changes the
+#: matmuls only (Transformer Engine under Megatron, torchao Float8Linear under torchtitan).
+FP8_BASE = {"megatron": "mixed-bf16", "fsdp2": "amp-bf16"}
 _RECIPE_HINT = {"torch": "amp-bf16 or bf16", "fsdp2": "amp-bf16 or bf16",
                 "deepspeed": "mixed-bf16 or mixed-fp16", "megatron": "mixed-bf16 or mixed-fp16"}
 _ZERO = {"torch": (0,), "fsdp2": (2, 3), "deepspeed": (0, 1, 2, 3), "megatron": (0, 1)}
@@ -137,6 +141,10 @@ class TrainingSetup(BaseModel):
                 raise ValueError(f"gpus({self.gpus}) is not divisible by tp({self.tp}) * pp({self.pp}) * cp({self.cp}) = {denom}")
             object.__setattr__(self, "dp", self.gpus // denom)
         p = self.precision
+        if p == "fp8" and e not in FP8_BASE:
+            raise ValueError(f"fp8 is modelled for megatron (Transformer Engine) and fsdp2 (torchao float8), not the {e} engine")
+        if p == "fp8" and self.lora_rank:
+            raise ValueError("fp8 with LoRA is not modelled; use a 16-bit recipe")
         if p not in RECIPES[e]:
             raise ValueError(f"{p} is not a recipe of the {e} engine; use {_RECIPE_HINT[e]}")
         if self.dp * self.tp * self.pp * self.cp != self.gpus:

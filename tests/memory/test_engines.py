@@ -103,3 +103,28 @@ def test_selective_recompute_is_torchtitans_op_policy() -> None:
     per_token = 2 * 4096 + 2 * (4096 + 1024 + 14336 + 4096) + 2 * 4096 + 4 * 32
     assert _torchtitan_op_sac(spec, s, 0) == 2 * 8192 * per_token
     assert per_token / 4096 == pytest.approx(15.53, abs=0.01)   # B per token·h (vs ≈ 46 without recompute)
+
+
+@pytest.mark.parametrize("zero, per_param", [(0, 4.0), (1, 4.0), (2, 2.0)])
+def test_deepspeed_fp32_gradients_are_fp32(zero: int, per_param: float) -> None:
+    """With --precision fp32 DeepSpeed keeps fp32 gradients (the parameters' dtype): 4 B per parameter
+    at ZeRO 0/1, the fp32 partition (4 B ÷ dp = 2 B per parameter at dp 2) at ZeRO 2."""
+    from trainmem.api import build
+    spec, s = build("llama-3.2-1b", engine="deepspeed", precision="fp32", zero=zero, gpus=2, seq_len=512)
+    grads = estimate(spec, s).category_peak_bytes["gradients"]
+    assert grads / spec.n_params == pytest.approx(per_param, rel=1e-4)
+
+
+def test_fp8_megatron_adds_the_te_weight_cache() -> None:
+    """fp8 under Megatron = mixed-bf16 + an fp8 weight and its transpose per transformer-layer weight
+    (2 B per local matmul parameter); torchtitan's float8 caches nothing."""
+    from trainmem.api import build
+    from trainmem.memory.states import rank_params
+    spec, s8 = build("llama-3.1-8b", engine="megatron", precision="fp8", gpus=8, tp=2)
+    _, s16 = build("llama-3.1-8b", engine="megatron", precision="mixed-bf16", gpus=8, tp=2)
+    layer_mm = sum(rank_params(spec, s16, 0).layer_matmul)
+    d = estimate(spec, s8).peak_allocated_bytes - estimate(spec, s16).peak_allocated_bytes
+    assert d == 2 * layer_mm
+    _, f8 = build("llama-3.1-8b", engine="fsdp2", precision="fp8", gpus=8)
+    _, f16 = build("llama-3.1-8b", engine="fsdp2", precision="amp-bf16", gpus=8)
+    assert estimate(spec, f8).peak_allocated_bytes == estimate(spec, f16).peak_allocated_bytes

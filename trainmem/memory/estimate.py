@@ -25,7 +25,8 @@ from trainmem.memory.states import RankParams, rank_params
 from trainmem.memory.timeline import CATEGORIES, Timeline
 from trainmem.memory.walk import StepWalk
 from trainmem.model.spec import ModelSpec
-from trainmem.setup import TrainingSetup, validate_for_model
+from trainmem.errors import ConfigError
+from trainmem.setup import FP8_BASE, TrainingSetup, validate_for_model
 
 __all__ = ["MemoryEstimate", "estimate"]
 
@@ -80,14 +81,18 @@ class MemoryEstimate:
         }
 
 
-def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str]) -> tuple[Timeline, RankParams, ModelStates, int]:
-    """Walk one steady step of pipeline ``stage`` (see :mod:`trainmem.memory.walk`)."""
+def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str],
+              fp8_cache: int = 0) -> tuple[Timeline, RankParams, ModelStates, int]:
+    """Walk one steady step of pipeline ``stage`` (see :mod:`trainmem.memory.walk`); ``fp8_cache``
+    bytes of fp8 weight copies live through the whole step."""
     import os
 
     rp = rank_params(spec, s, stage)
     engine = engine_for(spec, s, rp, notes)
     plan = build_plan(spec, s, rp, amp_copy=is_amp(s) and engine.amp_weight_copies, bulk=_BULK)
     tl = Timeline(debug=bool(os.environ.get("TRAINMEM_ESTIMATE_DEBUG")))
+    if fp8_cache:
+        tl.alloc("fp8 weight cache", "parameters", fp8_cache)
     StepWalk(spec, s, stage, plan, engine, loss_buffers(spec, s), tl).run()
     return tl, rp, engine.st, plan.act_per_layer
 
@@ -100,14 +105,21 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
         import dataclasses
         gpu = dataclasses.replace(gpu, memory_bytes=setup.gpu_memory)
     if setup.precision in ("bf16", "amp-bf16", "mixed-bf16") and not gpu.bf16:
-        from trainmem.errors import ConfigError
         raise ConfigError(f"gpu {gpu.name} has no bfloat16 support; use fp16 recipes (amp-fp16, mixed-fp16) or fp32")
     notes: list[str] = []
+    asked = setup
+    fp8_stage_bytes: tuple[int, ...] = ()
+    if setup.precision == "fp8":
+        if not gpu.fp8_tflops:
+            raise ConfigError(f"gpu {gpu.name} has no fp8 tensor cores; use mixed-bf16 or amp-bf16")
+        setup = setup.model_copy(update={"precision": FP8_BASE[setup.engine]})
+        fp8_stage_bytes = tuple(fp8_weight_cache_bytes(spec, setup, stg) for stg in range(setup.pp))
+        notes.append(_FP8_NOTE[setup.engine])
     stages = [0] if setup.pp == 1 else sorted({0, setup.pp - 1})
     best = None
     for stg in stages:
         local_notes: list[str] = []
-        tl, rp, st, act = _simulate(spec, setup, stg, local_notes)
+        tl, rp, st, act = _simulate(spec, setup, stg, local_notes, fp8_stage_bytes[stg] if fp8_stage_bytes else 0)
         if best is None or tl.peak > best[0].peak:
             best = (tl, rp, st, act, stg, local_notes)
     assert best is not None
@@ -134,7 +146,28 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
         host_memory_bytes=st.host, fits=total <= gpu.memory_bytes, headroom_bytes=gpu.memory_bytes - total,
         timeline=list(tl.points), n_params=spec.n_params,
         n_trainable_params=_n_trainable(spec, setup), stage=stg, activation_bytes_per_layer=act,
-        cuda_only_bytes=cuda_only, assumptions=notes, setup=setup.model_dump(mode="json"))
+        cuda_only_bytes=cuda_only, assumptions=notes, setup=asked.model_dump(mode="json"))
+
+
+_FP8_NOTE = {
+    "megatron": "fp8 (Transformer Engine, Megatron --fp8-format hybrid): bf16 parameters, fp32 main grads and "
+                "master weights as mixed-bf16; each transformer-layer weight keeps an fp8 copy and its fp8 "
+                "transpose across the micro-batches of a step (TE weight workspace, is_first_microbatch), 2 B per "
+                "weight; activations kept at their bf16 size (an upper bound: TE saves some inputs in fp8)",
+    "fsdp2": "fp8 (torchao Float8Linear, torchtitan [float8]): amp-bf16 memory; weights are cast to fp8 in each "
+             "forward and backward (transient) and the linears save their bf16 inputs, so no fp8 copy persists",
+}
+
+
+def fp8_weight_cache_bytes(spec: ModelSpec, setup: TrainingSetup, stage: int) -> int:
+    """Persistent fp8 weight copies of one pipeline stage's rank: Transformer Engine caches an fp8
+    rowwise and columnwise (transposed) copy of every transformer-layer linear weight for the step
+    (``transformer_engine/pytorch/module/linear.py`` weight workspace, reused while
+    ``is_first_microbatch`` is False; TE 2.x), 1 + 1 B per local matmul parameter. The output layer
+    is a Megatron ColumnParallelLinear and stays bf16. torchao's dynamic float8 caches nothing (0)."""
+    if setup.engine != "megatron":
+        return 0
+    return 2 * sum(rank_params(spec, setup, stage).layer_matmul)
 
 
 def _n_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:

@@ -20,6 +20,19 @@ from __future__ import annotations
 __all__ = ["EXACT", "PATTERNS"]
 
 EXACT: dict[str, str] = {
+    # ------------------------------------------------------------------ fp8 (setup.py, memory/estimate.py)
+    "fp8 with LoRA is not modelled; use a 16-bit recipe": "fp8 与 LoRA 同用的情况没有建模；请用 16 位精度方案",
+    "fp8 (Transformer Engine, Megatron --fp8-format hybrid): bf16 parameters, fp32 main grads and master weights as "
+    "mixed-bf16; each transformer-layer weight keeps an fp8 copy and its fp8 transpose across the micro-batches of a "
+    "step (TE weight workspace, is_first_microbatch), 2 B per weight; activations kept at their bf16 size (an upper "
+    "bound: TE saves some inputs in fp8)":
+        "fp8（Transformer Engine，Megatron --fp8-format hybrid）：bf16 参数，fp32 main grad 和主权重与 mixed-bf16 相同；"
+        "每个 Transformer 层的权重在一个训练步的所有 micro-batch 之间保留一份 fp8 副本及其 fp8 转置"
+        "（TE weight workspace，is_first_microbatch），每个权重 2 B；激活值按 bf16 大小计算（上界：TE 有些输入以 fp8 保存）",
+    "fp8 (torchao Float8Linear, torchtitan [float8]): amp-bf16 memory; weights are cast to fp8 in each forward and "
+    "backward (transient) and the linears save their bf16 inputs, so no fp8 copy persists":
+        "fp8（torchao Float8Linear，torchtitan [float8]）：显存与 amp-bf16 相同；权重在每次前向和反向时临时转换为 fp8，"
+        "线性层保存的是 bf16 输入，因此不会常驻 fp8 副本",
     # ------------------------------------------------------------------ phases (estimate timeline)
     "step start": "训练步开始",
     "step end": "训练步结束",
@@ -270,6 +283,11 @@ EXACT: dict[str, str] = {
 }
 
 PATTERNS: list[tuple[str, str]] = [
+    # ------------------------------------------------------------------ fp8 (setup.py, memory/estimate.py)
+    ("fp8 is modelled for megatron (Transformer Engine) and fsdp2 (torchao float8), not the {e:w} engine",
+     "fp8 只对 megatron（Transformer Engine）和 fsdp2（torchao float8）建模，{e} 引擎不支持"),
+    ("gpu {g:w} has no fp8 tensor cores; use mixed-bf16 or amp-bf16",
+     "GPU {g} 没有 fp8 Tensor Core；请用 mixed-bf16 或 amp-bf16"),
     # ------------------------------------------------------------------ phases
     ("forward mb{i:d}", "micro-batch {i} 的前向传播"),
     ("loss mb{i:d}", "micro-batch {i} 的 loss 计算"),

@@ -58,8 +58,8 @@ class DeepSpeedEngine(Engine):
         return st
 
     def _partition_bytes(self) -> int:
-        """The 16-bit gradient partition (grads_in_partition / stage 3's grad buffer)."""
-        return 2 * zero_shard_elems(self.rp.trainable, local_experts(self.spec, self.s, self.rp), self.s.dp, self.s.ep)
+        """The gradient partition (grads_in_partition / stage 3's grad buffer), in the parameters' dtype."""
+        return self.st.grad_elem * zero_shard_elems(self.rp.trainable, local_experts(self.spec, self.s, self.rp), self.s.dp, self.s.ep)
 
     def _sixteen_bit(self) -> bool:
         return self.s.precision != "fp32"
@@ -133,13 +133,14 @@ class DeepSpeedEngine(Engine):
             return
         if self.s.zero >= 2:
             # contiguous_gradients: each grad is copied into the ipg bucket and freed
-            self.tl.spike(key + ":bf16", "temporaries", 2 * n)
+            self.tl.spike(key + ":bf16", "temporaries", self.st.grad_elem * n)
             self._count_produced(n)
             return
+        # gradients in the parameters' dtype: 16-bit with bf16/fp16, fp32 with --precision fp32
         if not self.tl.has(key):
-            self.tl.alloc(key, "gradients", 2 * n)
+            self.tl.alloc(key, "gradients", self.st.grad_elem * n)
         else:
-            self.tl.spike(key + ":new", "temporaries", 2 * n)
+            self.tl.spike(key + ":new", "temporaries", self.st.grad_elem * n)
 
     def bulk_grads(self, j0: int, n: int) -> None:
         if self.s.zero >= 2:
@@ -149,7 +150,7 @@ class DeepSpeedEngine(Engine):
 
         key = f"gbulk{j0}"
         if not self.tl.has(key):
-            self.tl.alloc(key, "gradients", sum(_r(2 * x) for x in self.plan.grad_pieces(j0) if x > 0) * n)
+            self.tl.alloc(key, "gradients", sum(_r(self.st.grad_elem * x) for x in self.plan.grad_pieces(j0) if x > 0) * n)
 
     def backward_end(self, mb: int) -> None:
         self.tl.free("ds_gathered")
