@@ -20,7 +20,7 @@ from importlib import resources
 from trainmem.errors import ConfigError
 from trainmem.units import MiB
 
-__all__ = ["GPU", "get_gpu", "list_gpus", "normalize_gpu_name"]
+__all__ = ["GPU", "get_gpu", "gpu_suggestions", "list_gpus", "normalize_gpu_name"]
 
 #: Words that vendors and drivers put in front of the model name; they never tell two rows apart.
 _VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla", "amd", "instinct", "huawei"})
@@ -50,6 +50,16 @@ class GPU:
     """Vendor page or datasheet."""
     note: str = ""
     """How each figure was obtained."""
+    gpus_per_node: int = 8
+    """Default node size (8 for SXM/OAM boards and PCIe servers, 4 for GeForce boxes; ``links_note``)."""
+    intra_link: str = ""
+    """Default ``links.json`` row between the GPUs of one node (``""``: none given)."""
+    inter_link: str = ""
+    """Default ``links.json`` row between nodes, as this GPU's share of the node's NICs (``-sharedN``)."""
+    host_link: str = ""
+    """Default ``links.json`` row between the GPU and its host (offload traffic)."""
+    links_note: str = ""
+    """The typical system the link defaults describe, and their sources."""
 
 
 @lru_cache(maxsize=1)
@@ -59,7 +69,8 @@ def list_gpus() -> tuple[GPU, ...]:
         GPU(name=g["name"], memory_bytes=g["memory_bytes"] if "memory_bytes" in g else g["memory_mib"] * MiB,
             bf16_tflops=g["bf16_tflops"], bf16=g["bf16"], hbm_gbps=g["hbm_gbps"], fp8_tflops=g.get("fp8_tflops"),
             memory_from=g["memory_from"], aliases=tuple(g.get("aliases", ())), source=g["source"],
-            note=g.get("note", ""))
+            note=g.get("note", ""), gpus_per_node=g.get("gpus_per_node", 8), intra_link=g.get("intra_link", ""),
+            inter_link=g.get("inter_link", ""), host_link=g.get("host_link", ""), links_note=g.get("links_note", ""))
         for g in raw["gpus"])
 
 
@@ -114,6 +125,11 @@ def _suggestions(key: str) -> list[str]:
         family = [g.name for g in list_gpus() if _family(g.name) == _family(names[0])]
         names = [names[0]] + [n for n in family if n != names[0]] + [n for n in names[1:] if n not in family]
     return names[:4]
+
+
+def gpu_suggestions(name: str) -> list[str]:
+    """The catalog rows nearest to ``name`` (at most 4, nearest first; [] when none is near)."""
+    return _suggestions(normalize_gpu_name(name[:_MAX_NAME_CHARS]) if len(name) <= _MAX_NAME_CHARS else "")
 
 
 def get_gpu(name: str) -> GPU:
