@@ -21,7 +21,7 @@ from trainmem.errors import TrainmemError
 # Plain click help (rich_markup_mode=None): it wraps long option lists instead of cutting them with "…".
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Per-GPU memory of one training step: estimate, trace, explain.")
+                  help="Per-GPU memory of one training step: estimate, trace, explain, plan, compare.")
 
 
 def _version(value: bool) -> None:
@@ -142,6 +142,10 @@ def _check_lang(lang: str) -> None:
 from trainmem.trace_cli import register as _register_trace  # noqa: E402
 
 _register_trace(app)
+
+from trainmem.plan_cli import register as _register_plan  # noqa: E402
+
+_register_plan(app)
 
 
 def _argv_lang(argv: list[str]) -> str:

@@ -1,0 +1,207 @@
+"""The space of training configurations the planner searches, for one GPU type and world size.
+
+A configuration is a :class:`Knobs`: engine, the parallel degrees, ZeRO/FSDP stage, recompute,
+offload, micro-batch and accumulation. :func:`configurations` lists every one that the engines can
+run and the estimator can validate, for a global batch that is preserved exactly
+(``micro_batch · grad_accum · dp = global_batch``). The rules are the estimator's own validation
+(``trainmem.setup`` and ``validate_for_model``) written as cheap integer tests, plus the planner's:
+
+- tensor parallelism stays inside one node (``tp ≤ gpus_per_node`` and divides it), and divides the
+  attention heads (and the kv heads, or is divided by them);
+- pipeline stages may be uneven (Megatron's ``--decoder-first/last-pipeline-num-layers``,
+  torchtitan's split points): any ``pp ≤ num_layers``; interleaving needs ``num_layers % (pp·vpp) == 0``;
+- context parallelism in powers of two up to 32, ``seq_len % (2·cp) == 0``;
+- expert parallelism (MoE only) divides the experts and ``dp·cp·tp``;
+- Megatron and FSDP2 run TP with sequence parallelism (Megatron ``--sequence-parallel``; torchtitan's
+  SequenceParallel); DeepSpeed and the torch engine are data parallel only (as modelled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from trainmem.errors import ConfigError
+from trainmem.model.spec import ModelSpec
+
+__all__ = ["Knobs", "KNOB_KEYS", "SpaceLimits", "configurations", "divisors", "engine_precision", "parse_fix", "ENGINES"]
+
+ENGINES = ("megatron", "fsdp2", "deepspeed", "torch")
+KNOB_KEYS = ("engine", "dp", "tp", "pp", "vpp", "cp", "ep", "zero", "recompute", "offload", "micro_batch",
+             "grad_accum")
+_ZERO = {"torch": (0,), "fsdp2": (2, 3), "deepspeed": (0, 1, 2, 3), "megatron": (0, 1)}
+_RECOMPUTE = ("none", "selective", "full")
+_MAX_CP = 32
+_MAX_VPP = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    engine: str
+    dp: int
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    ep: int
+    zero: int
+    recompute: str
+    offload: str
+    micro_batch: int
+    grad_accum: int
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def structure(self) -> tuple:
+        """Everything but micro-batch, accumulation and recompute: the memory of a structure only
+        grows with the micro-batch and with less recompute (``tests/memory/test_properties.py``)."""
+        return (self.engine, self.dp, self.tp, self.pp, self.vpp, self.cp, self.ep, self.zero, self.offload)
+
+    def setup_fields(self) -> dict[str, object]:
+        d = {"engine": self.engine, "dp": self.dp, "tp": self.tp, "pp": self.pp, "vpp": self.vpp, "cp": self.cp,
+             "ep": self.ep, "zero": self.zero, "recompute": self.recompute, "offload": self.offload,
+             "micro_batch": self.micro_batch, "grad_accum": self.grad_accum, "gpus": self.gpus}
+        if self.tp > 1 and self.engine == "megatron":
+            d["sp"] = True
+        return d
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def engine_precision(engine: str, family: str) -> str:
+    """The engine's recipe of a precision family: ``bf16`` → amp-bf16 (torch/fsdp2: autocast or FSDP2's
+    MixedPrecisionPolicy over fp32 parameters) or mixed-bf16 (deepspeed/megatron: bf16 parameters, fp32
+    master weights); ``fp16`` likewise; ``fp32`` and ``fp8`` as they are."""
+    if family in ("bf16", "fp16"):
+        return f"amp-{family}" if engine in ("torch", "fsdp2") else f"mixed-{family}"
+    return family
+
+
+def _offloads(engine: str, zero: int) -> tuple[str, ...]:
+    if engine == "deepspeed":
+        return ("none",) if zero == 0 else ("none", "optimizer", "optimizer+params") if zero == 3 else ("none", "optimizer")
+    if engine == "fsdp2":
+        return ("none", "optimizer+params")
+    if engine == "megatron":
+        return ("none", "optimizer") if zero == 1 else ("none",)
+    return ("none",)
+
+
+def _tp_values(spec: ModelSpec, gpus_per_node: int, gpus: int) -> list[int]:
+    a, kv = spec.num_attention_heads, spec.num_kv_heads
+    return [t for t in divisors(gpus_per_node) if gpus % t == 0 and a % t == 0
+            and (t == 1 or kv % t == 0 or t % kv == 0)]
+
+
+def _cp_values(seq_len: int) -> list[int]:
+    out, c = [], 1
+    while c <= _MAX_CP:
+        if c == 1 or seq_len % (2 * c) == 0:
+            out.append(c)
+        c *= 2
+    return out
+
+
+def _allowed(fixed: Mapping[str, object], key: str, values: list) -> list:
+    return [v for v in values if v == fixed[key]] if key in fixed else values
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceLimits:
+    """What the search may use: the world size, the node size and the global batch in sequences."""
+
+    gpus: int
+    gpus_per_node: int
+    global_batch: int
+    seq_len: int
+    lora: bool = False
+    fp8: bool = False
+
+
+def configurations(spec: ModelSpec, lim: SpaceLimits, fixed: Mapping[str, object] | None = None,
+                   engines: tuple[str, ...] = ENGINES) -> Iterator[Knobs]:
+    """Every valid configuration of ``lim.gpus`` GPUs (see the module docstring); ``fixed`` pins knobs."""
+    fixed = dict(fixed or {})
+    for engine in _allowed(fixed, "engine", list(engines)):
+        if lim.fp8 and engine not in ("megatron", "fsdp2"):
+            continue
+        if lim.lora and engine == "megatron":
+            continue
+        yield from _engine_configurations(spec, lim, fixed, engine)
+
+
+def _parallel_shapes(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engine: str) -> Iterator[tuple[int, int, int, int, int]]:
+    """(tp, pp, vpp, cp, ep) of one engine."""
+    three_d = engine in ("megatron", "fsdp2")
+    tps = _allowed(fixed, "tp", _tp_values(spec, lim.gpus_per_node, lim.gpus) if three_d else [1])
+    pps = _allowed(fixed, "pp", [p for p in divisors(lim.gpus) if p <= spec.num_layers] if three_d else [1])
+    cps = _allowed(fixed, "cp", _cp_values(lim.seq_len) if three_d else [1])
+    eps = _allowed(fixed, "ep", [e for e in divisors(spec.num_experts) if e <= lim.gpus] if spec.is_moe else [1])
+    for tp in tps:
+        for pp in pps:
+            for cp in cps:
+                if lim.gpus % (tp * pp * cp):
+                    continue
+                dp = lim.gpus // (tp * pp * cp)
+                if "dp" in fixed and fixed["dp"] != dp:
+                    continue
+                vpps = [v for v in range(1, _MAX_VPP + 1) if v == 1 or spec.num_layers % (pp * v) == 0] if pp > 1 else [1]
+                if engine != "megatron":
+                    vpps = [1]  # interleaving is modelled for Megatron's schedule only
+                for vpp in _allowed(fixed, "vpp", vpps):
+                    for ep in eps:
+                        if ep == 1 or (dp * cp * tp) % ep == 0:
+                            yield tp, pp, vpp, cp, ep
+
+
+def _engine_configurations(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engine: str) -> Iterator[Knobs]:
+    for tp, pp, vpp, cp, ep in _parallel_shapes(spec, lim, fixed, engine):
+        dp = lim.gpus // (tp * pp * cp)
+        if lim.global_batch % dp:
+            continue
+        per_rank = lim.global_batch // dp
+        for zero in _allowed(fixed, "zero", list(_ZERO[engine])):
+            if engine == "fsdp2" and tp > 1 and dp * cp == 1 and zero == 3 and "zero" not in fixed:
+                continue  # no fully_shard at dp = cp = 1 (torchtitan): zero 2 and 3 are the same run
+            for offload in _allowed(fixed, "offload", list(_offloads(engine, zero))):
+                for recompute in _allowed(fixed, "recompute", list(_RECOMPUTE)):
+                    for mb in _allowed(fixed, "micro_batch", divisors(per_rank)):
+                        ga = per_rank // mb
+                        if "grad_accum" in fixed and fixed["grad_accum"] != ga:
+                            continue
+                        yield Knobs(engine, dp, tp, pp, vpp, cp, ep, zero, recompute, offload, mb, ga)
+
+
+def parse_fix(text: str) -> dict[str, object]:
+    """``--fix k=v,…`` → a dict of typed knob values (one-line ConfigError on a bad key or value)."""
+    out: dict[str, object] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        value = value.strip()
+        if not sep or not value:
+            raise ConfigError(f"--fix: {part!r} is not key=value")
+        if key not in KNOB_KEYS:
+            raise ConfigError(f"--fix: unknown knob {key!r}; knobs: {', '.join(KNOB_KEYS)}")
+        if key == "engine":
+            if value not in ENGINES:
+                raise ConfigError(f"--fix: engine {value!r} is not one of {', '.join(ENGINES)}")
+            out[key] = value
+        elif key == "recompute":
+            if value not in _RECOMPUTE:
+                raise ConfigError(f"--fix: recompute {value!r} is not one of {', '.join(_RECOMPUTE)}")
+            out[key] = value
+        elif key == "offload":
+            if value not in ("none", "optimizer", "optimizer+params"):
+                raise ConfigError(f"--fix: offload {value!r} is not one of none, optimizer, optimizer+params")
+            out[key] = value
+        else:
+            if not value.isdigit() or (int(value) < 1 and key != "zero") or len(value) > 7:
+                raise ConfigError(f"--fix: {key} must be a positive integer, got {value!r}")
+            out[key] = int(value)
+    return out

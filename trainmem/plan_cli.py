@@ -1,0 +1,144 @@
+"""``trainmem plan`` and ``trainmem compare``: thin shells over :mod:`trainmem.plan`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from trainmem import cli_options as opt
+
+__all__ = ["register"]
+
+_Opt = typer.Option
+
+
+def _request(model: str, cluster: str, global_batch: int, seq_len: int, precision: str, margin: float, top: int,
+             fix: str | None, extra: dict, engines: tuple[str, ...] | None = None):  # noqa: ANN202
+    from trainmem.api import build
+    from trainmem.hardware import parse_cluster
+    from trainmem.plan.search import PlanRequest
+    from trainmem.plan.space import ENGINES, parse_fix
+
+    pool = parse_cluster(cluster)
+    fields = {k: v for k, v in extra.items() if v not in (None, False, 0) or k == "lora_rank"}
+    fields = {k: v for k, v in fields.items() if v is not None}
+    # the model and the fixed setup fields are validated once, as `trainmem estimate` validates them
+    spec, _ = build(model, seq_len=seq_len, gpu=pool.groups[0].gpu.name, **fields)
+    fixed = parse_fix(fix) if fix else {}
+    return PlanRequest(spec=spec, cluster=pool, global_batch=global_batch, seq_len=seq_len, precision=precision,
+                       margin=margin / 100, top=top, fixed=fixed, engines=engines or ENGINES, setup_extra=fields)
+
+
+def plan_cmd(
+    model: opt.Model,
+    cluster: Annotated[Optional[str], _Opt("--cluster", help="64xH100-SXM-80G, 8xA100-SXM-80G,4xRTX-3090-24G, or a .toml/.yaml file")] = None,
+    global_batch: Annotated[int, _Opt("--global-batch", help="sequences per optimizer step")] = 0,
+    seq_len: Annotated[int, _Opt("--seq-len", help="tokens per sequence")] = 4096,
+    precision: Annotated[str, _Opt("--precision", help="bf16|fp16|fp32|fp8 (each engine's own recipe)")] = "bf16",
+    margin: Annotated[float, _Opt("--margin", help="safety margin on reserved memory, percent")] = 5.0,
+    top: Annotated[int, _Opt("--top", help="plans to show")] = 5,
+    fix: Annotated[Optional[str], _Opt("--fix", help="k=v,… fixes knobs: engine, dp, tp, pp, vpp, cp, ep, zero, recompute, offload, micro_batch, grad_accum")] = None,
+    min_gpus: Annotated[bool, _Opt("--min-gpus", help="fewest GPUs of --gpu on which the model trains")] = False,
+    gpu: Annotated[Optional[str], _Opt("--gpu", help="GPU type for --min-gpus / --tokens --days")] = None,
+    tokens: Annotated[Optional[float], _Opt("--tokens", help="tokens to train (with --days and --gpu)")] = None,
+    days: Annotated[Optional[float], _Opt("--days", help="deadline in days (with --tokens and --gpu)")] = None,
+    export: Annotated[Optional[str], _Opt("--export", help="deepspeed|megatron|torchtitan|accelerate")] = None,
+    out_dir: Annotated[Optional[str], _Opt("-o", "--output", help="directory for --export")] = None,
+    optimizer: Annotated[Optional[str], _Opt("--optimizer", help="adamw|adam|sgd|… [adamw]")] = None,
+    attn: Annotated[Optional[str], _Opt("--attn", help="sdpa|flash|eager")] = None,
+    lora_rank: Annotated[int, _Opt("--lora-rank", help="LoRA rank; 0 = full fine-tuning")] = 0,
+    lora_targets: Annotated[Optional[str], _Opt("--lora-targets", help="PEFT module names or all-linear")] = None,
+    qlora: Annotated[bool, _Opt("--qlora", help="NF4 base weights")] = False,
+    as_json: opt.Json = False, lang: opt.Lang = "en",
+) -> None:
+    """The fastest training configurations that fit a GPU pool (or how many GPUs a model needs)."""
+    from trainmem.cli import _check_lang
+    from trainmem.errors import ConfigError
+
+    _check_lang(lang)
+    if global_batch < 1:
+        raise ConfigError("--global-batch is required (sequences per optimizer step, ≥ 1)")
+    sizing = min_gpus or tokens is not None or days is not None
+    if sizing and not gpu:
+        raise ConfigError("--min-gpus and --tokens/--days need --gpu TYPE")
+    if (tokens is None) != (days is None):
+        raise ConfigError("--tokens and --days go together")
+    if not sizing and not cluster:
+        raise ConfigError("--cluster is required (e.g. --cluster 8xH100-SXM-80G)")
+    if export and not out_dir:
+        raise ConfigError("--export needs -o DIR")
+    extra = {"optimizer": optimizer, "attn": attn, "lora_rank": lora_rank, "qlora": qlora or None,
+             "lora_targets": lora_targets}
+    engines = _export_engines(export) if export else None
+    req = _request(model, cluster or f"1x{gpu}", global_batch, seq_len, precision, margin, top, fix, extra, engines)
+    out: dict = {}
+    if sizing:
+        from trainmem.plan.sizing import gpus_for_deadline, min_gpus as find_min
+        if min_gpus:
+            out["min_gpus"] = find_min(req, gpu).to_dict()
+        if tokens is not None:
+            out["gpus_for_deadline"] = {**gpus_for_deadline(req, gpu, tokens, days).to_dict(),
+                                        "tokens": tokens, "days": days}
+    result = None
+    if cluster:
+        from trainmem.plan.search import plan
+        result = plan(req)
+    if export and result is not None:
+        out["export"] = _export(req, result, export, out_dir)
+    if as_json:
+        d = result.to_dict() if result is not None else {"search_seconds": 0.0, "plans": []}
+        d.update(out)
+        print(json.dumps(d))
+        return
+    from trainmem.report.plan_table import print_plans
+    print_plans(req, result, out, lang)
+
+
+def _export_engines(target: str) -> tuple[str, ...]:
+    from trainmem.errors import ConfigError
+    engines = {"deepspeed": ("deepspeed",), "megatron": ("megatron",), "torchtitan": ("fsdp2",),
+               "accelerate": ("fsdp2", "deepspeed", "torch")}
+    if target not in engines:
+        raise ConfigError(f"--export {target!r} is not one of deepspeed, megatron, torchtitan, accelerate")
+    return engines[target]
+
+
+def _export(req, result, target: str, out_dir: str) -> dict:  # noqa: ANN001
+    from pathlib import Path
+
+    from trainmem.errors import ConfigError
+    from trainmem.export import ExportTarget, can_export, export_files, write_export
+
+    for p in result.plans:
+        if len(p.shares) == 1 and can_export(p.shares[0].setup, target, req.spec) is None:
+            share = p.shares[0]
+            group = next(g for g in req.cluster.groups if g.gpu.name == share.gpu)
+            tgt = ExportTarget(model_ref=req.spec.name, nodes=-(-share.gpus // group.gpus_per_node),
+                               gpus_per_node=min(group.gpus_per_node, share.gpus))
+            files = export_files(req.spec, share.setup, tgt, target)
+            paths = write_export(files, Path(out_dir))
+            return {"engine": target, "files": [str(x) for x in paths], "plan": p.to_dict()}
+    raise ConfigError(f"--export {target}: none of the plans found is one {target} can run")
+
+
+def compare_cmd(model: opt.Model, as_json: opt.Json = False, lang: opt.Lang = "en", **setup: object) -> None:
+    """What each technique (accumulation, precision, recompute, ZeRO/FSDP, offload, TP, PP) saves and costs."""
+    from trainmem.api import build
+    from trainmem.cli import _check_lang
+    from trainmem.plan.compare import compare
+
+    _check_lang(lang)
+    spec, ts = build(model, **opt.setup_fields(setup))
+    out = compare(spec, ts)
+    if as_json:
+        print(json.dumps(out))
+        return
+    from trainmem.report.plan_table import print_compare
+    print_compare(spec, ts, out, lang)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_cmd)
+    app.command("compare")(opt.with_setup_options(compare_cmd))
