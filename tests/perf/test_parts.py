@@ -1,0 +1,75 @@
+"""Single parts of the step by hand: pipeline sends, optimizer, offload, DP sync per engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainmem.model.resolve import resolve_model
+from trainmem.perf import grad_sync_seconds, optimizer_seconds, step_time
+from trainmem.perf import calibration as cal
+from trainmem.perf.collectives import allreduce_seconds, p2p_seconds, span
+from trainmem.perf.optimizer import cpu_adam_seconds, gpu_optimizer_bytes_per_param
+from trainmem.perf.sync import DDP_BUCKET_BYTES, SyncInputs, dp_sync_seconds
+from trainmem.setup import make_setup
+from tests.perf._fixtures import IB, NVLINK, group
+
+SPEC = resolve_model("llama-3.1-8b")
+
+
+def test_pipeline_sends():
+    """Each micro-batch sends b·s·h·2 bytes / tp forward and its gradient back over each boundary; PP
+    ranks stride tp·cp·dp = 8, so they sit on different nodes (the IB link)."""
+    s = make_setup(engine="fsdp2", gpus=32, tp=2, pp=4, micro_batch=1, grad_accum=8, seq_len=4096)
+    t = step_time(SPEC, s, group(count=32))
+    one = p2p_seconds(4096 * 4096 * 2 / 2, IB)
+    assert t.breakdown["pp_comm"] == pytest.approx(2 * 8 * one)
+    m = make_setup(engine="megatron", gpus=32, tp=2, pp=4, vpp=2, micro_batch=1, grad_accum=8, seq_len=4096)
+    assert step_time(SPEC, m, group(count=32)).breakdown["pp_comm"] == pytest.approx(2 * 3 * one)
+
+
+def test_megatron_optimizer_is_memory_bound():
+    s = make_setup(engine="megatron", gpus=8, zero=1, seq_len=2048)
+    owned = SPEC.n_params / 8
+    expected = owned * gpu_optimizer_bytes_per_param("megatron", "adamw", 4, 1) / (3350e9 * cal.HBM_EFFICIENCY)
+    assert optimizer_seconds(SPEC, s, group()) == pytest.approx(expected, rel=1e-3)
+    assert gpu_optimizer_bytes_per_param("megatron", "adamw", 4, 1) == 46
+    assert gpu_optimizer_bytes_per_param("torch", "adamw", 4, 0) == 23 * 4   # foreach: 20 passes + clipping
+
+
+def test_cpu_adam_and_offload():
+    assert cpu_adam_seconds(3e9, 1, False) == pytest.approx(1.0)
+    assert cpu_adam_seconds(3e9, 8, True) == pytest.approx(8 * cal.TORCH_CPU_ADAM_SLOWDOWN)
+    base = make_setup(engine="deepspeed", gpus=1, zero=2, micro_batch=2, seq_len=2048)
+    off = make_setup(engine="deepspeed", gpus=1, zero=2, micro_batch=2, seq_len=2048, offload="optimizer")
+    g1 = group(count=1, per_node=1)
+    t0, t1 = step_time(SPEC, base, g1), step_time(SPEC, off, g1)
+    assert t1.breakdown["optimizer"] == 0 and t1.breakdown["offload"] > t0.breakdown["optimizer"]
+    # the CPU step alone: 8.0e9 parameters at 3e9/s
+    assert t1.breakdown["offload"] >= SPEC.n_params / cal.CPU_ADAM_PARAMS_PER_SECOND_PER_NODE
+
+
+def _inputs(engine: str, zero: int, ga: int = 1, bwd: float = 10.0) -> SyncInputs:
+    return SyncInputs(engine, zero, 8, 1, 1, 1, 1, 8, 1_000_000_000, 0, 10, 0, 5.0, bwd, ga, 2, 4)
+
+
+def test_ddp_exposes_only_the_last_bucket_when_backward_is_long():
+    x = _inputs("torch", 0)
+    last = allreduce_seconds(DDP_BUCKET_BYTES, span(8, 1, 8), NVLINK, IB)
+    assert dp_sync_seconds(x, NVLINK, IB) == pytest.approx(last)
+    short = _inputs("torch", 0, bwd=0.0)
+    assert dp_sync_seconds(short, NVLINK, IB) == pytest.approx(
+        allreduce_seconds(4e9, span(8, 1, 8), NVLINK, IB) + last)
+
+
+def test_deepspeed_zero2_reduces_every_micro_batch():
+    one, four = dp_sync_seconds(_inputs("deepspeed", 2, 1), NVLINK, IB), dp_sync_seconds(_inputs("deepspeed", 2, 4), NVLINK, IB)
+    z1 = dp_sync_seconds(_inputs("deepspeed", 1, 4), NVLINK, IB)
+    assert four > one and z1 == pytest.approx(one)
+
+
+def test_grad_sync_over_a_slower_link():
+    s = make_setup(engine="megatron", gpus=16, zero=1, seq_len=4096, grad_accum=1)
+    g = group(count=16)
+    slow = IB.__class__(name="Ethernet-10G", kind="ethernet", gbps=1.25, efficiency=0.6, latency_s=30e-6)
+    assert grad_sync_seconds(SPEC, s, g, slow) > grad_sync_seconds(SPEC, s, g)
+    assert grad_sync_seconds(SPEC, s, g) == pytest.approx(step_time(SPEC, s, g).breakdown["dp_comm"])

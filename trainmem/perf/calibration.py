@@ -1,0 +1,138 @@
+"""Every constant of the performance model, with what it was measured or calibrated on.
+
+Nothing here is fitted to the published training-throughput points (``benchmarks/plan_vs_published.py``
+is the hold-out check). Each constant is either a published kernel microbenchmark, an engine's own
+documented default, or an assumption that says so in its docstring.
+
+Sources used throughout:
+
+- MAMF: S. Bekman, *Machine Learning Engineering*, ``compute/accelerator/README.md`` ("Maximum
+  Achievable Matmul FLOPS comparison table", v2 measurement: ``torch.mm`` best shape of a sweep, mean of
+  100 iterations after 50 warm-up), github.com/stas00/ml-engineering @ b9e2972.
+- torchao roofline: pytorch/ao ``torchao/testing/training/roofline_utils.py`` @ 0598012 (H100 figures
+  "based on experimental observation": GEMMs reach 78 % of peak, pointwise kernels 92 % of HBM
+  bandwidth, a kernel takes at least 2 µs of GPU time).
+- FA3 kernel sweep: pytorch/benchmark PR #2391 (tritonbench ``flash_attention``, H100, head dim 128,
+  batch·seq = 16k, 16 heads): FlashAttention-3 forward 430, 517, 566, 590, 614, 621 TFLOP/s and the
+  Triton FlashAttention-2 tutorial kernel 329, 390, 434, 458, 471, 477 TFLOP/s at seq 512 … 16384.
+- FlashAttention-2 (Dao 2023, arXiv 2307.08691, abstract): 50–73 % of the A100's peak.
+- FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608, abstract): FlashAttention-2 reaches only
+  35 % of the H100's peak.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAMF_BF16", "MAMF_FP8", "MAMF_BORROWED", "SM_COUNT", "FP32_TFLOPS", "HBM_EFFICIENCY",
+           "KERNEL_FLOOR_SECONDS", "GEMM_TILE", "SPLIT_K_DEPTH", "MISALIGNED_GEMM_FACTOR", "ATTN_MAX_EFFICIENCY",
+           "ATTN_HALF_SATURATION_KEYS", "ATTN_BACKWARD_EFFICIENCY_RATIO", "ATTN_BACKWARD_FLOP_RATIO",
+           "CPU_ADAM_PARAMS_PER_SECOND_PER_NODE", "TORCH_CPU_ADAM_SLOWDOWN", "DEFAULT_MAMF_BF16", "arch_of"]
+
+#: Achievable fraction of the dense 16-bit peak for large, well-shaped GEMMs (MAMF / spec).
+#: Measured rows of Bekman's MAMF table (v2): A100 SXM 271.2/312, A100 PCIe 252.9/312, H100 SXM
+#: 794.5/989, MI300X 668.4/1300; MI250X (one GCD) from the v1 table, 147.0/191.5.
+MAMF_BF16: dict[str, float] = {
+    "A100-SXM-80G": 0.869, "A100-SXM-40G": 0.869,
+    "A100-PCIe-80G": 0.811, "A100-PCIe-40G": 0.811,
+    "H100-SXM-80G": 0.803,
+    "MI300X-192G": 0.514,
+    "MI250X-GCD-64G": 0.767,
+}
+#: Achievable fraction of the dense fp8 peak (float8_e4m3fn ``torch._scaled_mm``): H100 SXM
+#: 1402.6/1979 (MAMF v2 table).
+MAMF_FP8: dict[str, float] = {"H100-SXM-80G": 0.709}
+#: GPUs without a measured row take a sibling's figure (same die and power class), stated as such.
+MAMF_BORROWED: dict[str, str] = {
+    "A800-SXM-80G": "A100-SXM-80G",
+    "H800-SXM-80G": "H100-SXM-80G", "H200-SXM-141G": "H100-SXM-80G", "H100-PCIe-80G": "H100-SXM-80G",
+    "H100-NVL-94G": "H100-SXM-80G", "H20-96G": "H100-SXM-80G",
+    # torchao's roofline copies the H100 figure to B200 until measured; so do we
+    "B200-180G": "H100-SXM-80G",
+}
+#: Any other GPU: the A100 PCIe figure (the lowest measured NVIDIA data-centre row), an assumption.
+DEFAULT_MAMF_BF16 = 0.811
+
+#: Streaming multiprocessors (AMD: compute units of one GCD), for wave quantization. NVIDIA
+#: architecture whitepapers (Hopper: H100 SXM5 132, PCIe 114; Ampere GA100 108, GA102 RTX 3090 82,
+#: A6000 84, GA102 A10 72; Ada AD102 RTX 4090 128, L40S 142, AD104 L4 58; Volta V100 80; Turing T4 40);
+#: AMD CDNA3 whitepaper (MI300X 304 CUs), CDNA2 (MI250X 110 CUs per GCD); H20's 78 from the catalog row.
+SM_COUNT: dict[str, int] = {
+    "H100-SXM-80G": 132, "H100-PCIe-80G": 114, "H100-NVL-94G": 132, "H800-SXM-80G": 132,
+    "H200-SXM-141G": 132, "H20-96G": 78,
+    "A100-SXM-80G": 108, "A100-PCIe-80G": 108, "A100-SXM-40G": 108, "A100-PCIe-40G": 108, "A800-SXM-80G": 108,
+    "L40S-48G": 142, "L4-24G": 58, "A10-24G": 72, "A6000-48G": 84, "RTX-4090-24G": 128, "RTX-3090-24G": 82,
+    "V100-SXM2-32G": 80, "V100-SXM2-16G": 80, "T4-16G": 40, "MI300X-192G": 304, "MI250X-GCD-64G": 110,
+}
+
+#: Dense FP32 (no TF32: ``torch.backends.cuda.matmul.allow_tf32`` is False by default) TFLOP/s from the
+#: vendor datasheets (as tabulated in Bekman's "TFLOPS comparison table"; Ampere/Ada/Volta/Turing
+#: datasheets for the others). GPUs missing here have no fp32 step time.
+FP32_TFLOPS: dict[str, float] = {
+    "H100-SXM-80G": 67.0, "H800-SXM-80G": 67.0, "H200-SXM-141G": 67.0, "H100-PCIe-80G": 51.0,
+    "A100-SXM-80G": 19.5, "A100-PCIe-80G": 19.5, "A100-SXM-40G": 19.5, "A100-PCIe-40G": 19.5, "A800-SXM-80G": 19.5,
+    "L40S-48G": 91.6, "B200-180G": 80.0, "MI300X-192G": 163.4, "V100-SXM2-32G": 15.7, "V100-SXM2-16G": 15.7,
+    "T4-16G": 8.1, "RTX-4090-24G": 82.6, "RTX-3090-24G": 35.6, "A6000-48G": 38.7, "A10-24G": 31.2, "L4-24G": 30.3,
+}
+
+#: Achieved fraction of the HBM bandwidth by large pointwise kernels (torchao roofline, H100: "would
+#: hit about 2.2k GBPS" of 2.4 TB/s); used for every GPU.
+HBM_EFFICIENCY = 0.92
+#: Least GPU time of any kernel, seconds (torchao roofline: a one-element Triton kernel on H100).
+KERNEL_FLOOR_SECONDS = 2e-6
+#: Output tile of the cuBLAS kernels assumed for tile and wave quantization (NVIDIA, "Matrix
+#: Multiplication Background User's Guide", §2.3 and §3: 128×128 is the typical large tile).
+GEMM_TILE = 128
+#: Assumption: when the output has fewer tiles than SMs, cuBLAS splits k (split-K) into slices of this
+#: depth to fill the GPU. Not measured; it only matters for GEMMs smaller than one wave.
+SPLIT_K_DEPTH = 2048
+#: Throughput of a GEMM whose k or n is not a multiple of 8 relative to an aligned neighbour: H100,
+#: [b·h]×[h, d_ff] with h = 4096, d_ff = 10922 → 272.7 TFLOP/s vs 10944 → 398.4 TFLOP/s (Bekman,
+#: ``training/performance/README.md`` "SwiGLU-based MLP", swiglu-maf-bench.py).
+MISALIGNED_GEMM_FACTOR = 272.73 / 398.38
+
+#: Attention kernels: fraction of the 16-bit peak approached at long key lengths, forward pass.
+#: ``fa3``: FlashAttention-3 / cuDNN fused attention on Hopper (Transformer Engine): 0.64, the
+#: asymptote of the FA3 sweep above (621 TFLOP/s at 16k keys of 989). ``fa2-hopper``: FlashAttention-2
+#: (torch SDPA's flash backend, the first in its default priority order, torch 2.13) on Hopper, 0.35
+#: (FlashAttention-3 abstract). ``fa2``: FlashAttention-2 on Ampere/Ada, 0.70 (the top of the 50–73 %
+#: of the FlashAttention-2 abstract; the sweep's saturation below takes it lower at short sequences).
+#: ``other``: memory-efficient SDPA kernels elsewhere (Volta, Turing, AMD), 0.35, an assumption.
+ATTN_MAX_EFFICIENCY: dict[str, float] = {"fa3": 0.64, "fa2-hopper": 0.35, "fa2": 0.70, "other": 0.35}
+#: Keys per query at which an attention kernel reaches half its asymptotic efficiency:
+#: efficiency = max · s/(s + s½). Fitted on the two H100 forward sweeps above (s½ = 238 and 243).
+ATTN_HALF_SATURATION_KEYS = 240.0
+#: Assumption: the backward kernel runs at this fraction of the forward's efficiency (FlashAttention-2
+#: and -3 report slower backward than forward passes; no single figure was retrieved).
+ATTN_BACKWARD_EFFICIENCY_RATIO = 0.8
+#: The flash backward does 2.5× the forward's matmul FLOPs (recomputes QKᵀ; dV, dP, dQ, dK):
+#: flash-attention ``benchmarks/benchmark_flash_attention.py`` counts bwd FLOPs = 2.5 × fwd.
+ATTN_BACKWARD_FLOP_RATIO = 2.5
+
+#: DeepSpeedCPUAdam throughput of one node's CPUs, parameters per second. Assumption of the order the
+#: ZeRO-Offload paper (Ren et al. 2021, §5) reports for CPU-Adam on a two-socket host (1–2 billion
+#: parameters per second per socket); the exact table could not be retrieved here.
+CPU_ADAM_PARAMS_PER_SECOND_PER_NODE = 3.0e9
+#: torch's CPU AdamW (FSDP2 CPUOffloadPolicy, Megatron's CPU optimizer) relative to DeepSpeedCPUAdam:
+#: "DeepSpeedCPUAdam is 5X–7X faster than the standard PyTorch implementation" (DeepSpeed ZeRO-Offload
+#: tutorial, docs/_tutorials/zero-offload.md); the middle, 6.
+TORCH_CPU_ADAM_SLOWDOWN = 6.0
+
+
+def arch_of(gpu_name: str) -> str:
+    """``hopper`` | ``ampere`` | ``ada`` | ``blackwell`` | ``volta`` | ``turing`` | ``cdna`` | ``other``, from
+    the catalog name (H100/H800/H200/H20; A100/A800/A10/A6000/RTX-30xx; L4/L40S/RTX-40xx/RTX-6000-Ada …)."""
+    n = gpu_name.upper()
+    if n.startswith(("H100", "H800", "H200", "H20")):
+        return "hopper"
+    if n.startswith("B200") or n.startswith("B100") or n.startswith("GB"):
+        return "blackwell"
+    if n.startswith(("A100", "A800", "A10", "A6000", "RTX-30", "A40", "A30")):
+        return "ampere"
+    if n.startswith(("L40", "L4", "RTX-40", "RTX-6000-ADA")):
+        return "ada"
+    if n.startswith("V100"):
+        return "volta"
+    if n.startswith("T4"):
+        return "turing"
+    if n.startswith("MI"):
+        return "cdna"
+    return "other"

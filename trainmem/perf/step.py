@@ -1,0 +1,470 @@
+"""One optimizer step on the slowest rank: micro-batches × (forward + backward + recomputation + exposed
+TP/CP/EP communication) + pipeline bubble + pipeline sends + exposed data-parallel sync + offload +
+optimizer step.
+
+Per-model and per-shape work (layer GEMM lists, per-layer seconds, rank parameter counts) is memoised,
+so a call with a known model and micro-batch shape is arithmetic on a few dozen numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from trainmem.hardware.cluster import GPUGroup, Link
+from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes, sdpa_math_fallback
+from trainmem.memory.states import rank_params, stage_layers
+from trainmem.model.spec import ModelSpec
+from trainmem.perf.collectives import allreduce_seconds, alltoall_seconds, p2p_seconds, span
+from trainmem.perf.device import Device, check_precision, device_of, matmul_kind
+from trainmem.perf.flops import (Linear, attention_forward_flops_per_token, head_linear, layer_linears,
+                                 matmul_params_per_token)
+from trainmem.perf.kernels import attention_kernel, pointwise_seconds
+from trainmem.perf.layer import Ctx, Phase, embedding_phase, fp8_cast_bytes_per_element, head_phase, layer_phase
+from trainmem.perf.notes import _NOTE, borrowed_mamf_note
+from trainmem.perf.optimizer import gpu_optimizer_bytes_per_param, gpu_optimizer_seconds, offload_seconds
+from trainmem.perf.sync import SyncInputs, dp_sync_seconds
+from trainmem.setup import TrainingSetup
+
+__all__ = ["StepTime", "step_time", "microbatch_seconds", "grad_sync_seconds", "optimizer_seconds", "BREAKDOWN_KEYS"]
+
+BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
+                  "offload", "optimizer")
+#: Loss kernels' HBM bytes per logit element, forward + backward: HF ForCausalLMLoss upcasts to fp32
+#: (upcast 2+4, log_softmax with its max/sum passes 16, backward 22); Megatron's vocab-parallel
+#: cross-entropy 36 (fp32 max, exp, sum, softmax-grad passes); Liger's fused linear loss 16.
+_LOSS_BYTES = {"hf": 44.0, "chunked": 44.0, "fused-linear": 16.0, "megatron": 36.0}
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    step_seconds: float
+    """One optimizer step (all micro-batches) on the slowest rank."""
+    tokens_per_step: int
+    """Global: micro_batch · grad_accum · dp · seq_len."""
+    tokens_per_second: float
+    tokens_per_second_per_gpu: float
+    mfu: float
+    """Model FLOPs (PaLM, no recomputation) / (step_seconds · gpus · dense peak of the precision)."""
+    model_flops_per_step: float
+    """Global."""
+    microbatch_seconds: float
+    """Forward + backward of one micro-batch on one rank incl. recomputation and exposed TP/CP/EP
+    communication (no pipeline bubble, no DP sync)."""
+    breakdown: dict[str, float]
+    """Exposed seconds per part (BREAKDOWN_KEYS); sums to step_seconds."""
+    notes: tuple[str, ...] = ()
+    """Assumptions, one sentence each."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    """What the time model reads of an architecture, computed once per ModelSpec."""
+
+    dense: dict[bool, tuple[Linear, ...]]
+    """Decoder-layer linears, keyed by ``fused`` (Megatron's fused QKV/fc1 or HF's modules)."""
+    moe: dict[bool, tuple[Linear, ...]]
+    moe_layers: frozenset[int]
+    shape_dense: tuple
+    shape_moe: tuple
+    head: Linear
+    matmul_per_token: float
+    attn_per_token_per_key: float
+    window: int | None
+    dense_weights: int
+    moe_weights: int
+    stage_cache: dict = field(default_factory=dict)
+
+
+_MODELS: dict[int, tuple[ModelSpec, _Model]] = {}
+_PHASES: dict[tuple, tuple[Phase, Phase, Phase, Phase]] = {}
+_RANKS: dict[tuple, tuple[int, int, int, int, int]] = {}
+
+
+def _shape(spec: ModelSpec, linears: tuple[Linear, ...], moe: bool) -> tuple:
+    width = spec.moe_intermediate_size if moe else spec.intermediate_size
+    return (spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim,
+            spec.sliding_window, width, spec.num_experts_per_tok if moe else 0, spec.num_experts,
+            spec.norm == "rmsnorm", spec.position == "rope", spec.mlp_gated, spec.hidden_dropout > 0,
+            sum(x.k * x.n * x.count for x in linears), not spec.is_encoder, spec.attention_dropout > 0)
+
+
+def _model(spec: ModelSpec) -> _Model:
+    hit = _MODELS.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    moe_layers = frozenset(spec.moe_layer_indices)
+    dense = {f: layer_linears(spec, False, f) for f in (False, True)}
+    moe = {f: layer_linears(spec, True, f) for f in (False, True)} if moe_layers else dense
+    m = _Model(dense=dense, moe=moe, moe_layers=moe_layers, shape_dense=_shape(spec, dense[True], False),
+               shape_moe=_shape(spec, moe[True], True), head=head_linear(spec),
+               matmul_per_token=matmul_params_per_token(spec),
+               attn_per_token_per_key=attention_forward_flops_per_token(spec, 1.0), window=spec.sliding_window,
+               dense_weights=sum(x.k * x.n * x.count for x in dense[True]),
+               moe_weights=sum(x.k * x.n * x.count for x in moe[True]))
+    if len(_MODELS) > 256:
+        _MODELS.clear()
+    _MODELS[id(spec)] = (spec, m)
+    return m
+
+
+def _stage_counts(spec: ModelSpec, m: _Model, pp: int, stage: int) -> tuple[int, int]:
+    """(dense layers, MoE layers) of a pipeline stage (Megatron/torchtitan even split)."""
+    key = (pp, stage)
+    hit = m.stage_cache.get(key)
+    if hit is None:
+        rng = stage_layers(spec.num_layers, pp, stage)
+        n_moe = sum(1 for i in rng if i in m.moe_layers)
+        hit = (len(rng) - n_moe, n_moe)
+        m.stage_cache[key] = hit
+    return hit
+
+
+def _ctx(spec: ModelSpec, s: TrainingSetup, dev: Device) -> Ctx:
+    c = compute_bytes(s)
+    mm = matmul_kind(s.precision, c)
+    check_precision(dev, mm)
+    eager = s.attn == "eager" or sdpa_math_fallback(spec, s)
+    targets = frozenset(s.lora_targets) if s.is_lora else frozenset()
+    return Ctx(dev=dev, mm=mm, c=c, r=residual_bytes(s), style="fused" if s.engine == "megatron" else "hf",
+               attn="eager" if eager else attention_kernel(dev, s.engine), b=s.micro_batch, s=s.seq_len,
+               tokens=s.micro_batch * s.seq_len // s.cp, tp=s.tp, sp=bool(s.sp), ep=s.ep, amp=is_amp(s),
+               fp8_recipe=("te" if s.engine == "megatron" else "torchao") if mm == "fp8" else "",
+               lora_targets=targets, lora_rank=s.lora_rank, qlora=s.qlora)
+
+
+def _phases(spec: ModelSpec, m: _Model, ctx: Ctx, s: TrainingSetup) -> tuple[Phase, Phase, Phase, Phase]:
+    """(dense layer, MoE layer, head, embedding) phases, memoised on everything they depend on."""
+    key = (id(spec), ctx, s.loss, s.engine, spec.is_encoder)
+    hit = _PHASES.get(key)
+    if hit is not None:
+        return hit
+    fused = ctx.style == "fused"
+    dense = layer_phase(ctx, m.dense[fused], m.shape_dense)
+    moe = layer_phase(ctx, m.moe[fused], m.shape_moe) if m.moe_layers else dense
+    loss = _LOSS_BYTES["megatron" if s.engine == "megatron" else s.loss]
+    head = head_phase(ctx, m.head, loss, spec.norm == "rmsnorm")
+    grad_b = 4 if (s.engine == "megatron" or ctx.amp or ctx.c == 4) else 2
+    emb = embedding_phase(ctx, spec.vocab_size // s.tp, spec.hidden_size, grad_b, spec.position == "learned",
+                          not s.is_lora)
+    hit = (dense, moe, head, emb)
+    if len(_PHASES) > 65536:
+        _PHASES.clear()
+    _PHASES[key] = hit
+    return hit
+
+
+def _rank_counts(spec: ModelSpec, s: TrainingSetup, stage: int) -> tuple[int, int, int, int, int]:
+    """(dense trainable in layers, expert trainable, edge trainable (embedding/head/norm), layers, all
+    trainable) of one rank of ``stage`` before ZeRO/FSDP sharding (trainmem.memory.states.rank_params)."""
+    key = (id(spec), s.tp, s.pp, s.ep, stage, s.lora_rank, s.lora_targets, s.qlora)
+    hit = _RANKS.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    rp = rank_params(spec, s, stage)
+    layers = stage_layers(spec.num_layers, s.pp, stage)
+    experts = 0 if s.is_lora else sum(spec.params.layers[i].experts for i in layers) // s.ep // s.tp
+    in_layers = rp.trainable if s.is_lora else sum(rp.layers)
+    edge = 0 if s.is_lora else rp.trainable - sum(rp.layers)
+    out = (max(in_layers - experts, 0), experts, max(edge, 0), len(layers), rp.trainable)
+    if len(_RANKS) > 65536:
+        _RANKS.clear()
+    _RANKS[key] = (spec, out)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Stage:
+    fwd: float
+    bwd: float
+    recompute: float
+    tp: float
+    cp: float
+    ep: float
+    fwd_comm: float
+    """Exposed TP/CP/EP seconds of the forward (for the overlap of DP traffic)."""
+    layers: int
+
+    @property
+    def total(self) -> float:
+        return self.fwd + self.bwd + self.recompute + self.tp + self.cp + self.ep
+
+
+def _recompute_seconds(s: TrainingSetup, ph: Phase) -> float:
+    if s.recompute == "full":
+        return ph.fwd
+    if s.recompute == "selective":
+        return ph.sac if s.engine in ("torch", "fsdp2") else ph.core_attn
+    return 0.0
+
+
+def _tp_factor(s: TrainingSetup) -> float:
+    """Tensor-parallel collectives per layer per micro-batch, in all-reduces of b·s/cp·h: 2 in the forward,
+    2 in the backward (Megatron: Korthikanti et al. 2022 §4.2; with SP each all-reduce is a
+    reduce-scatter + all-gather of the same volume), +2 when full recomputation re-runs the forward,
+    +1 under torchtitan's op-level SAC (it saves reduce-scatter outputs, re-runs the all-gathers)."""
+    extra = 2.0 if s.recompute == "full" else (1.0 if (s.recompute == "selective" and s.engine == "fsdp2") else 0.0)
+    return 4.0 + extra
+
+
+def _comm_per_layer(spec: ModelSpec, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, ph: Phase,
+                    moe: bool) -> tuple[float, float, float, float]:
+    """(tp, cp, ep, forward share) exposed seconds of one layer per micro-batch."""
+    gpn, h, c = grp.gpus_per_node, spec.hidden_size, ctx.c
+    tp_t = cp_t = ep_t = fwd = 0.0
+    if s.tp > 1:
+        one = allreduce_seconds(ctx.tokens * h * c, span(s.tp, 1, gpn), grp.intra, grp.inter)
+        tp_t = _tp_factor(s) * one
+        fwd += 2 * one
+    if s.cp > 1:
+        kv_local = max(spec.num_kv_heads // s.tp, 1) * (spec.head_dim + spec.v_head_dim) * ctx.tokens * c
+        sp_cp = span(s.cp, s.tp, gpn)
+        link = grp.inter if sp_cp[2] > 1 else grp.intra
+        step = p2p_seconds(kv_local, link)
+        chunk_f, chunk_b = ph.core_attn / s.cp, (ph.bwd_attn) / s.cp
+        cp_f = (s.cp - 1) * max(0.0, step - chunk_f) + link.latency_s
+        cp_b = (s.cp - 1) * max(0.0, 2 * step - chunk_b) + link.latency_s
+        cp_t = cp_f * (2 if s.recompute == "full" else 1) + cp_b
+        fwd += cp_f
+    if moe and s.ep > 1:
+        sent = ctx.tokens * spec.num_experts_per_tok * h * c / (s.tp if s.sp else 1)
+        one = alltoall_seconds(sent, span(s.ep, s.tp, gpn), grp.intra, grp.inter)
+        ep_t = (4 + (2 if s.recompute == "full" else 0)) * one
+        fwd += 2 * one
+    return tp_t, cp_t, ep_t, fwd
+
+
+def _stage(spec: ModelSpec, m: _Model, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, stage: int) -> _Stage:
+    dense, moe, head, emb = _phases(spec, m, ctx, s)
+    n_dense, n_moe = _stage_counts(spec, m, s.pp, stage)
+    fwd = n_dense * dense.fwd + n_moe * moe.fwd
+    bwd = n_dense * dense.bwd + n_moe * moe.bwd
+    rec = n_dense * _recompute_seconds(s, dense) + n_moe * _recompute_seconds(s, moe)
+    tp_d, cp_d, ep_d, f_d = _comm_per_layer(spec, s, ctx, grp, dense, False)
+    tp_m, cp_m, ep_m, f_m = _comm_per_layer(spec, s, ctx, grp, moe, True) if n_moe else (0.0, 0.0, 0.0, 0.0)
+    tp_t = n_dense * tp_d + n_moe * tp_m
+    edge_ar = allreduce_seconds(ctx.tokens * spec.hidden_size * ctx.c, span(s.tp, 1, grp.gpus_per_node),
+                                grp.intra, grp.inter) if s.tp > 1 else 0.0
+    if stage == 0:
+        fwd, bwd, tp_t = fwd + emb.fwd, bwd + emb.bwd, tp_t + edge_ar
+    if stage == s.pp - 1:
+        fwd, bwd, tp_t = fwd + head.fwd, bwd + head.bwd, tp_t + 2 * edge_ar
+    return _Stage(fwd=fwd, bwd=bwd, recompute=rec, tp=tp_t, cp=n_dense * cp_d + n_moe * cp_m,
+                  ep=n_dense * ep_d + n_moe * ep_m, fwd_comm=n_dense * f_d + n_moe * f_m, layers=n_dense + n_moe)
+
+
+class _Entry:
+    """Everything of a step that does not depend on dp, zero, grad_accum, vpp, offload or the optimizer,
+    computed once per (model, group, stage knobs)."""
+
+    __slots__ = ("spec", "grp", "st", "ctx", "m", "counts", "flops_per_token", "peak", "cast", "pb", "gb",
+                 "state", "notes", "hops")
+
+    def __init__(self, spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> None:
+        self.spec, self.grp = spec, grp
+        self.st, self.ctx, self.m = _stages_uncached(spec, s, grp)
+        ctx, m = self.ctx, self.m
+        self.counts = _rank_counts(spec, s, 0)
+        keys = min(s.seq_len, m.window) if m.window else s.seq_len
+        self.flops_per_token = 6.0 * m.matmul_per_token + 3.0 * spec.num_layers * m.attn_per_token_per_key * keys
+        self.peak = {"fp8": ctx.dev.peak8_flops, "fp32": ctx.dev.peak32_flops}.get(ctx.mm, ctx.dev.peak16_flops)
+        self.cast = _te_weight_cast_seconds(s, ctx, m, self.st)
+        self.pb, self.gb = _comm_bytes(s, ctx)
+        self.state = 4 if (ctx.amp or ctx.c == 4 or s.engine in ("megatron", "deepspeed")
+                           or s.precision.startswith("amp") or s.precision == "fp8") else 2
+        self.notes: dict[tuple, tuple[str, ...]] = {}
+        self.hops: dict[int, float] = {}
+
+
+_ENTRIES: dict[tuple, _Entry] = {}
+
+
+def _entry(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> _Entry:
+    """The memoised stage entry of a setup (keyed on the knobs a stage's time depends on)."""
+    key = (id(spec), id(grp), s.engine, s.precision, s.attn, s.micro_batch, s.seq_len, s.cp, s.tp, s.sp, s.ep,
+           s.pp, s.recompute, s.loss, s.lora_rank, s.lora_targets, s.qlora)
+    e = _ENTRIES.get(key)
+    if e is not None and e.spec is spec and e.grp is grp:
+        return e
+    e = _Entry(spec, s, grp)
+    if len(_ENTRIES) > 65536:
+        _ENTRIES.clear()
+    _ENTRIES[key] = e
+    return e
+
+
+def _stages(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> tuple[_Stage, Ctx, _Model]:
+    """The slowest pipeline stage, its context and the model (memoised)."""
+    e = _entry(spec, s, grp)
+    return e.st, e.ctx, e.m
+
+
+def _stages_uncached(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> tuple[_Stage, Ctx, _Model]:
+    """The slowest pipeline stage (the first or the last: stages differ by the embedding, the head and at
+    most one layer), its context and the model."""
+    dev = device_of(grp.gpu)
+    ctx = _ctx(spec, s, dev)
+    m = _model(spec)
+    first = _stage(spec, m, s, ctx, grp, 0)
+    if s.pp == 1:
+        return first, ctx, m
+    last = _stage(spec, m, s, ctx, grp, s.pp - 1)
+    return (first if first.total >= last.total else last), ctx, m
+
+
+def _comm_bytes(s: TrainingSetup, ctx: Ctx) -> tuple[int, int]:
+    """(bytes of an all-gathered parameter, bytes of a reduced gradient): fp32 recipes 4/4; Megatron
+    16-bit params, fp32 gradients for bf16 (``accumulate_allreduce_grads_in_fp32``), fp16 gradients for
+    fp16; FSDP2 16-bit param_dtype, fp32 reduce_dtype (torchtitan's mixed_precision_reduce); DDP the
+    parameters' dtype (fp32 under autocast); DeepSpeed 16-bit (communication_data_type = model dtype)."""
+    if s.precision == "fp32" or ctx.c == 4:
+        return 4, 4
+    if s.engine == "megatron":
+        return 2, (2 if s.precision == "mixed-fp16" else 4)
+    if s.engine == "fsdp2":
+        return 2, (2 if s.precision == "bf16" else 4)
+    if s.engine == "torch":
+        return (4, 4) if ctx.amp else (2, 2)
+    return 2, 2
+
+
+def _sync_inputs(s: TrainingSetup, e: _Entry) -> SyncInputs:
+    dense, experts, edge, layers, _ = e.counts
+    st = e.st
+    fsdp_off = s.engine == "fsdp2" and not s.fsdp_applied
+    return SyncInputs("none" if fsdp_off else s.engine, s.zero or 0, 1 if fsdp_off else s.dp, s.cp, s.tp, s.ep,
+                      s.pp, e.grp.gpus_per_node, dense, experts, layers, edge, st.fwd + st.fwd_comm,
+                      st.bwd + st.recompute + (st.tp + st.cp + st.ep - st.fwd_comm), s.grad_accum, e.pb, e.gb)
+
+
+def _owned_params(s: TrainingSetup, e: _Entry) -> float:
+    """Trainable parameters whose optimizer state this rank updates (sharded by ZeRO ≥ 1, the distributed
+    optimizer and FSDP over dp·cp; experts over the expert-data-parallel group)."""
+    dense, experts, edge, _, total = e.counts
+    if not (s.zero >= 1 or (s.engine == "fsdp2" and s.fsdp_applied)):
+        return float(total)
+    dp = s.dp * s.cp
+    return (dense + edge) / dp + experts / max(dp // max(s.ep, 1), 1)
+
+
+def _optimizer_and_offload(s: TrainingSetup, e: _Entry, dp_exposed: float) -> tuple[float, float]:
+    """(GPU optimizer seconds, exposed offload seconds) per step; host copies hide under each micro-batch's
+    compute and exposed DP communication (``dp_exposed`` per step)."""
+    owned = _owned_params(s, e)
+    st = e.st
+    if s.offload != "none":
+        grp = e.grp
+        window = st.total + dp_exposed / s.grad_accum
+        off = offload_seconds(s.engine, s.offload, owned, grp.host.effective_gbps * 1e9,
+                              min(grp.gpus_per_node, s.gpus), s.grad_accum, window, s.zero or 0)
+        return 0.0, off
+    per = gpu_optimizer_bytes_per_param(s.engine, s.optimizer, e.state, s.zero or 0)
+    return gpu_optimizer_seconds(owned, per, e.ctx.dev.hbm_bytes_per_s), 0.0
+
+
+def _pp_comm(s: TrainingSetup, e: _Entry) -> float:
+    """Exposed pipeline sends/receives per step: each micro-batch (per virtual chunk) sends its b·s/cp·h
+    activations forward and their gradient backward across each stage boundary (÷tp: Megatron scatters
+    them over the TP ranks); Megatron's interleaved schedule overlaps them (``overlap_p2p_comm``) except
+    the warm-up and cool-down chain."""
+    if s.pp <= 1:
+        return 0.0
+    one = e.hops.get(s.dp)
+    if one is None:
+        grp, ctx = e.grp, e.ctx
+        nbytes = ctx.tokens * e.spec.hidden_size * ctx.c / s.tp
+        sp_pp = span(s.pp, s.tp * s.cp * s.dp, grp.gpus_per_node)
+        one = e.hops[s.dp] = p2p_seconds(nbytes, grp.inter if sp_pp[2] > 1 else grp.intra)
+    if s.engine == "megatron" and s.vpp > 1:
+        return 2 * (s.pp - 1) * one
+    return 2 * s.grad_accum * s.vpp * one
+
+
+def _notes(s: TrainingSetup, e: _Entry) -> tuple[str, ...]:
+    key = (s.offload != "none", s.fsdp_applied)
+    hit = e.notes.get(key)
+    if hit is None:
+        ctx, m = e.ctx, e.m
+        hit = e.notes[key] = _notes_cached(
+            s.engine, s.recompute, s.tp > 1, s.cp > 1, s.ep > 1, bool(m.moe_layers), s.pp > 1, ctx.attn, ctx.style,
+            ctx.fp8_recipe, ctx.amp, key[0], s.is_lora, s.qlora, ctx.dev.name, ctx.dev.mamf_measured, key[1])
+    return hit
+
+
+@lru_cache(maxsize=4096)
+def _notes_cached(engine: str, recompute: str, tp: bool, cp: bool, ep: bool, moe: bool, pp: bool, attn: str,
+                  style: str, fp8: str, amp: bool, offload: bool, lora: bool, qlora: bool, gpu: str,
+                  measured: bool, fsdp: bool) -> tuple[str, ...]:
+    keys = ["kernels", style, "fa2" if attn == "fa2-hopper" else attn, "placement"]
+    keys += [k for k, on in (("tp", tp), ("cp", cp), ("ep", ep), ("moe", moe), ("bubble", pp), ("pp", pp),
+                             ("amp", amp), ("lora", lora), ("qlora", qlora), ("offload", offload)) if on]
+    if recompute == "full":
+        keys.append("full")
+    elif recompute == "selective":
+        keys.append("selective-sac" if engine in ("torch", "fsdp2") else "selective-megatron")
+    if fp8:
+        keys.append("fp8-te" if fp8 == "te" else "fp8-torchao")
+    sync = {"torch": "ddp", "megatron": "megatron", "deepspeed": "deepspeed"}.get(engine)
+    if engine == "fsdp2" and fsdp:
+        sync = "fsdp2-pp" if pp else "fsdp2"
+    if sync:
+        keys.append(sync)
+    keys.append("optimizer")
+    out = [_NOTE[k] for k in keys]
+    if not measured:
+        out.append(borrowed_mamf_note(gpu))
+    return tuple(out)
+
+
+def _te_weight_cast_seconds(s: TrainingSetup, ctx: Ctx, m: _Model, st: _Stage) -> float:
+    """Transformer Engine casts each layer weight to fp8 (and its transpose) once per step."""
+    if ctx.fp8_recipe != "te":
+        return 0.0
+    weights = st.layers * m.dense_weights / s.tp
+    return pointwise_seconds(fp8_cast_bytes_per_element("te", "weight") * weights, 2 * st.layers, ctx.dev.hbm_bytes_per_s)
+
+
+def _assemble(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> StepTime:
+    e = _entry(spec, s, grp)
+    st = e.st
+    mb = st.total
+    ga = s.grad_accum
+    pp = s.pp
+    dp = dp_sync_seconds(_sync_inputs(s, e), grp.intra, grp.inter)
+    opt, off = _optimizer_and_offload(s, e, dp)
+    parts = {"compute": ga * (st.fwd + st.bwd) + e.cast, "recompute": ga * st.recompute, "tp_comm": ga * st.tp,
+             "cp_comm": ga * st.cp, "ep_comm": ga * st.ep, "pp_comm": _pp_comm(s, e), "dp_comm": dp,
+             "bubble": (pp - 1) / s.vpp * mb if pp > 1 else 0.0, "offload": off, "optimizer": opt}
+    total = sum(parts.values())
+    tokens = s.micro_batch * ga * s.dp * s.seq_len
+    flops = tokens * e.flops_per_token
+    tps = tokens / total
+    gpus = s.gpus
+    return StepTime(total, tokens, tps, tps / gpus, flops / (total * gpus * e.peak), flops, mb, parts, _notes(s, e))
+
+
+def step_time(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup) -> StepTime:
+    """Predicted time of one optimizer step of ``setup`` on ``group`` (see the module docstring)."""
+    return _assemble(spec, setup, group)
+
+
+def microbatch_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup) -> float:
+    """Forward + backward of one micro-batch on the slowest rank, with recomputation and exposed
+    TP/CP/EP communication (no bubble, no data-parallel sync)."""
+    return _stages(spec, setup, group)[0].total
+
+
+def grad_sync_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup, link: Link | None = None) -> float:
+    """Exposed DP/ZeRO/FSDP gradient and parameter sync per step (``breakdown["dp_comm"]``); ``link``
+    replaces both of the group's links (a slower link between the GPU groups of a mixed pool)."""
+    e = _entry(spec, setup, group)
+    if link is None:
+        return dp_sync_seconds(_sync_inputs(setup, e), group.intra, group.inter)
+    return dp_sync_seconds(_sync_inputs(setup, e), link, link)
+
+
+def optimizer_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup) -> float:
+    """The optimizer step: on the GPU (memory-bound), or, offloaded, its PCIe traffic and CPU time."""
+    e = _entry(spec, setup, group)
+    gpu, off = _optimizer_and_offload(setup, e, dp_sync_seconds(_sync_inputs(setup, e), group.intra, group.inter))
+    return gpu + off
