@@ -123,7 +123,7 @@ def test_version_and_short_help(capsys) -> None:
     from importlib.metadata import version
     rc, out, err = run(["--version"], capsys)
     assert rc == 0 and out.strip() == f"trainmem {version('trainmem')}" and err == ""
-    for args in (["-h"], ["estimate", "-h"], ["trace", "-h"], ["models", "-h"]):
+    for args in (["-h"], ["estimate", "-h"], ["trace", "-h"], ["models", "-h"], ["plan", "-h"], ["compare", "-h"]):
         rc, out, err = run(args, capsys)
         assert rc == 0 and out.startswith("Usage:") and err == "", args
 
@@ -133,7 +133,7 @@ def test_bare_trainmem_prints_help_and_no_error(capsys) -> None:
     assert rc == 0 and "Usage:" in out and "estimate" in out and err == ""
 
 
-@pytest.mark.parametrize("args", [["estimate", "--help"], ["trace", "--help"], ["--help"],
+@pytest.mark.parametrize("args", [["estimate", "--help"], ["trace", "--help"], ["--help"], ["plan", "--help"],
                                   ["estimate", "llama-3.1-8b"], ["explain", "llama-2-7b"], ["gpus"], ["models"]])
 def test_80_columns_wrap_instead_of_cutting(args: list[str], capsys, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
@@ -142,7 +142,7 @@ def test_80_columns_wrap_instead_of_cutting(args: list[str], capsys, monkeypatch
     assert "…" not in out
     assert max(len(line) for line in out.splitlines()) <= 80
     if args[-1] == "--help" and args[0] == "estimate":
-        assert "fp32|bf16|fp16|amp-bf16|amp-fp16|mixed-bf16|mixed-fp16" in out
+        assert "fp32|bf16|fp16|amp-bf16|amp-fp16|mixed-bf16|mixed-fp16|fp8" in "".join(out.split())
 
 
 def test_json_with_explain_carries_the_formulas(capsys) -> None:

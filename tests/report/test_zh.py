@@ -178,6 +178,11 @@ COMMANDS = [
     ["estimate", "7B", "--optimizer", "adamw-8bit", "--precision", "amp-fp16", "--gpu", "V100-32G"],
     ["estimate", "7B", "--optimizer", "adafactor", "--grad-accum", "4", "--micro-batch", "2"],
     ["estimate", "llama-2-7b", "--seq-len", "8192"],
+    ["plan", "llama-3.2-1b", "--cluster", "8xH100-SXM-80G", "--global-batch", "64", "--seq-len", "2048", "--top", "3"],
+    ["plan", "qwen2.5-1.5b", "--cluster", "8xA100-SXM-80G,4xRTX-3090-24G", "--global-batch", "96", "--seq-len", "2048"],
+    ["plan", "llama-3.1-8b", "--min-gpus", "--gpu", "A100-SXM-40G", "--global-batch", "32", "--seq-len", "4096"],
+    ["compare", "llama-3.1-8b", "--engine", "deepspeed", "--zero", "1", "--gpus", "8", "--precision", "mixed-bf16"],
+    ["compare", "llama-3.1-8b", "--engine", "fsdp2", "--gpus", "8", "--precision", "fp32"],
 ]
 
 

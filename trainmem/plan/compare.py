@@ -44,7 +44,7 @@ def techniques(s: TrainingSetup) -> Iterator[Option]:
         for fam in ("bf16", "fp16"):
             yield Option(f"{fam} mixed precision", {"precision": engine_precision(s.engine, fam)})
     for r in ("selective", "full"):
-        if s.recompute != r:
+        if s.recompute != r and not (r == "selective" and s.engine == "deepspeed"):  # HF: whole layers only
             yield Option(f"{r} recompute", {"recompute": r})
     yield from _sharding(s)
     yield from _offload(s)

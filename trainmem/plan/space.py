@@ -82,6 +82,11 @@ def engine_precision(engine: str, family: str) -> str:
     return family
 
 
+def _recomputes(engine: str) -> tuple[str, ...]:
+    """DeepSpeed runs HF models, whose gradient checkpointing is whole layers only (no selective)."""
+    return ("none", "full") if engine == "deepspeed" else _RECOMPUTE
+
+
 def _offloads(engine: str, zero: int) -> tuple[str, ...]:
     if engine == "deepspeed":
         return ("none",) if zero == 0 else ("none", "optimizer", "optimizer+params") if zero == 3 else ("none", "optimizer")
@@ -169,7 +174,7 @@ def _engine_configurations(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engin
             if engine == "fsdp2" and tp > 1 and dp * cp == 1 and zero == 3 and "zero" not in fixed:
                 continue  # no fully_shard at dp = cp = 1 (torchtitan): zero 2 and 3 are the same run
             for offload in _allowed(fixed, "offload", list(_offloads(engine, zero))):
-                for recompute in _allowed(fixed, "recompute", list(_RECOMPUTE)):
+                for recompute in _allowed(fixed, "recompute", list(_recomputes(engine))):
                     for mb in _allowed(fixed, "micro_batch", divisors(per_rank)):
                         ga = per_rank // mb
                         if "grad_accum" in fixed and fixed["grad_accum"] != ga:

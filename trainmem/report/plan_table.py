@@ -43,7 +43,12 @@ def _where(breakdown: dict[str, float], lang: str) -> str:
     total = sum(breakdown.values()) or 1.0
     parts = sorted(((v, k) for k, v in breakdown.items() if v > 0.005 * total), reverse=True)[:4]
     names = _PARTS_ZH if lang == "zh" else PART_NAMES
-    return ", ".join(f"{names.get(k, k)} {100 * v / total:.0f}%" for v, k in parts)
+    return ("，" if lang == "zh" else ", ").join(f"{names.get(k, k)} {100 * v / total:.0f}%" for v, k in parts)
+
+
+def _punct(lang: str) -> tuple[str, str]:
+    """(colon, semicolon) as each language writes them."""
+    return ("：", "；") if lang == "zh" else (": ", "; ")
 
 
 def print_plans(req, result, extra: dict, lang: str = "en", console: Console | None = None) -> None:  # noqa: ANN001
@@ -60,10 +65,11 @@ def print_plans(req, result, extra: dict, lang: str = "en", console: Console | N
                         f"{m.device_total_bytes / GiB:.1f} / {m.gpu_memory_bytes / GiB:.1f}", f"{p.step_seconds:.3f}",
                         f"{p.tokens_per_second / p.gpus:,.0f}", f"{100 * p.mfu:.1f} %")
         con.print(tab)
+        colon, semi = _punct(lang)
         for i, p in enumerate(result.plans, 1):
-            con.print(f"  {i}. {_h('where', lang)}: {_where(p.time_breakdown, lang)}; "
-                      f"{_h('runs', lang)}: {escape(tr(p.runs_on, lang))}")
-        con.print(f"[bold]{_h('why', lang)}:[/bold] {escape(tr(result.why, lang))}")
+            con.print(f"  {i}. {_h('where', lang)}{colon}{_where(p.time_breakdown, lang)}{semi}"
+                      f"{_h('runs', lang)}{colon}{escape(tr(p.runs_on, lang))}")
+        con.print(f"[bold]{_h('why', lang)}{colon.strip()}[/bold] {escape(tr(result.why, lang))}")
         con.print(_h("searched", lang, n=result.evaluated, m=result.estimated, s=result.search_seconds))
         con.print(f"[bold]{_h('assumptions', lang)}[/bold]")
         for a in result.assumptions:
@@ -101,4 +107,4 @@ def print_compare(spec, setup, out: dict, lang: str = "en", console: Console | N
     if out["not_applicable"]:
         con.print(f"[bold]{_h('na', lang)}[/bold]")
         for n in out["not_applicable"]:
-            con.print(f"  - {escape(tr(n['technique'], lang))}: {escape(tr(n['reason'], lang))}")
+            con.print(f"  - {escape(tr(n['technique'], lang))}{_punct(lang)[0]}{escape(tr(n['reason'], lang))}")

@@ -1,0 +1,119 @@
+"""``trainmem plan`` and ``trainmem compare`` on the command line: contracts, exports, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainmem.cli import main
+
+
+def run(args: list[str], capsys) -> tuple[int, str, str]:
+    rc = main(args)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_plan_json_contract(capsys) -> None:
+    rc, out, err = run(["plan", "llama-3.2-1b", "--cluster", "8xH100-SXM-80G", "--global-batch", "64",
+                        "--seq-len", "2048", "--top", "3", "--json"], capsys)
+    assert rc == 0 and err == ""
+    d = json.loads(out)
+    assert isinstance(d["search_seconds"], float) and 1 <= len(d["plans"]) <= 3
+    p = d["plans"][0]
+    assert p["micro_batch"] * p["grad_accum"] * p["dp"] == 64
+    assert p["dp"] * p["tp"] * p["pp"] * p["cp"] == p["gpus"] == 8
+    assert p["peak_allocated_bytes"] <= p["peak_reserved_bytes"]
+    assert p["tokens_per_second_per_gpu"] == pytest.approx(p["tokens_per_second"] / 8)
+    assert 0 < p["mfu"] < 1
+
+
+def test_plan_table_and_zh(capsys) -> None:
+    rc, out, _ = run(["plan", "llama-3.2-1b", "--cluster", "8xH100-SXM-80G", "--global-batch", "64",
+                      "--seq-len", "2048", "--top", "2"], capsys)
+    assert rc == 0 and "tokens/s/GPU" in out and "Assumptions" in out
+    rc, out, _ = run(["plan", "llama-3.2-1b", "--cluster", "8xH100-SXM-80G", "--global-batch", "64",
+                      "--seq-len", "2048", "--top", "2", "--lang", "zh"], capsys)
+    assert rc == 0 and "假设" in out and "Assumptions" not in out
+
+
+def test_min_gpus_and_deadline(capsys) -> None:
+    rc, out, _ = run(["plan", "llama-3.1-8b", "--min-gpus", "--gpu", "A100-SXM-40G", "--global-batch", "32",
+                      "--seq-len", "4096", "--tokens", "1e9", "--days", "1", "--json"], capsys)
+    assert rc == 0
+    d = json.loads(out)
+    assert d["min_gpus"]["gpus"] >= 1 and d["min_gpus"]["plan"]["per_gpu_type"]
+    dl = d["gpus_for_deadline"]
+    assert dl["gpus"] >= d["min_gpus"]["gpus"]
+    assert dl["plan"]["tokens_per_second"] * 86400 >= 1e9
+
+
+@pytest.mark.parametrize("target, files", [
+    ("deepspeed", {"ds_config.json", "launch.sh"}),
+    ("megatron", {"megatron_args.sh"}),
+    ("torchtitan", {"torchtitan.toml", "launch.sh"}),
+    ("accelerate", {"accelerate_config.yaml", "launch.sh"}),
+])
+def test_export_writes_the_best_plan_that_engine_runs(target: str, files: set[str], tmp_path: Path, capsys) -> None:
+    out_dir = tmp_path / target
+    rc, out, err = run(["plan", "llama-3.1-8b", "--cluster", "16xH100-SXM-80G", "--global-batch", "64",
+                        "--seq-len", "4096", "--export", target, "-o", str(out_dir), "--json"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    assert files <= {Path(f).name for f in d["export"]["files"]}
+    assert all(Path(f).exists() for f in d["export"]["files"])
+    engine = {"deepspeed": {"deepspeed"}, "megatron": {"megatron"}, "torchtitan": {"fsdp2"},
+              "accelerate": {"fsdp2", "deepspeed", "torch"}}[target]
+    assert d["export"]["plan"]["engine"] in engine
+    assert all(p["engine"] in engine for p in d["plans"])
+
+
+def test_compare_json_contract(capsys) -> None:
+    rc, out, _ = run(["compare", "llama-3.1-8b", "--engine", "deepspeed", "--zero", "1", "--gpus", "8",
+                      "--precision", "mixed-bf16", "--micro-batch", "4", "--seq-len", "4096", "--json"], capsys)
+    assert rc == 0
+    d = json.loads(out)
+    base = d["baseline"]["peak_allocated_bytes"]
+    opts = {o["technique"]: o for o in d["options"]}
+    assert {"technique", "setup", "peak_allocated_bytes", "saves_bytes", "slowdown_pct", "fits"} <= set(d["options"][0])
+    for o in d["options"]:
+        assert o["saves_bytes"] == base - o["peak_allocated_bytes"]
+    assert "selective recompute" not in opts  # HF models under DeepSpeed checkpoint whole layers only
+    assert opts["full recompute"]["saves_bytes"] > 0 and opts["full recompute"]["slowdown_pct"] > 0
+    assert opts["ZeRO-3"]["saves_bytes"] > opts["ZeRO-2"]["saves_bytes"] >= 0
+    assert opts["gradient accumulation ×2 (same global batch)"]["saves_bytes"] > 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["plan", "llama-3.1-8b", "--global-batch", "8"], "--cluster is required"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G"], "--global-batch is required"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xH1000", "--global-batch", "8"], "H100"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "8", "--fix", "tp=x"], "--fix"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "8", "--fix", "tpp=2"], "unknown knob"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "8", "--export", "jax", "-o", "x"], "--export"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "8", "--export", "megatron"], "-o DIR"),
+    (["plan", "llama-3.1-8b", "--gpu", "H100", "--global-batch", "8", "--tokens", "1e9"], "go together"),
+    (["plan", "llama-3.1-8b", "--min-gpus", "--global-batch", "8"], "--gpu TYPE"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xA100-SXM-80G", "--global-batch", "8", "--precision", "fp8"], "fp8"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "8", "--precision", "amp-bf16"], "bf16, fp16, fp32 or fp8"),
+    (["plan", "llama-3.1-70b", "--cluster", "1xRTX-3090-24G", "--global-batch", "8", "--seq-len", "4096"], "no configuration"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "8", "--margin", "150"], "--margin"),
+    (["plan", "nosuchmodel", "--cluster", "8xH100-SXM-80G", "--global-batch", "8"], "nosuchmodel"),
+    (["compare", "llama-3.1-8b", "--engine", "torch", "--tp", "2", "--gpus", "2"], "data parallel only"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run(args, capsys)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+    assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_fully_fixed_infeasible_says_why(capsys) -> None:
+    fix = ("engine=torch,dp=8,tp=1,pp=1,vpp=1,cp=1,ep=1,zero=0,recompute=none,offload=none,"
+           "micro_batch=4,grad_accum=1")
+    rc, out, err = run(["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "32",
+                        "--seq-len", "4096", "--fix", fix], capsys)
+    assert rc == 2 and "needs" in err and "GiB" in err and "H100-SXM-80G has" in err
