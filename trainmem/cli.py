@@ -147,6 +147,13 @@ from trainmem.plan_cli import register as _register_plan  # noqa: E402
 
 _register_plan(app)
 
+try:  # `trainmem doctor` (trainmem/doctor_cli.py), registered when present
+    from trainmem.doctor_cli import register as _register_doctor  # noqa: E402
+except ImportError:  # pragma: no cover - the doctor is being built
+    _register_doctor = None
+if _register_doctor is not None:
+    _register_doctor(app)
+
 
 def _argv_lang(argv: list[str]) -> str:
     """``--lang`` as given on the command line (known before click parses, for the error line)."""

@@ -77,6 +77,7 @@ class GroupSearch:
         self._refused: dict[tuple, list[tuple[int, int]]] = {}
         self._time: dict[Knobs, StepTime] = {}
         self._bound: dict[tuple, int] = {}
+        self._act: dict[tuple, int] = {}
         self.evaluated = 0
         self.estimated = 0
 
@@ -138,6 +139,8 @@ class GroupSearch:
             self.memory(floor, s)
 
     def bounded_out(self, k: Knobs) -> bool:
+        """True if the configuration cannot fit: its model states plus one micro-batch's activations
+        of its pipeline stage already exceed the GPU (both never above what the estimator counts)."""
         key = (k.engine, k.tp, k.pp, k.ep, k.dp, k.cp, k.zero, k.offload)
         lb = self._bound.get(key)
         if lb is None:
@@ -145,7 +148,28 @@ class GroupSearch:
             lb = states_lower_bound_bytes(self.req.spec, k, engine_precision(k.engine, self.family),
                                           str(x.get("optimizer", "adamw")), bool(x.get("lora_rank")), bool(x.get("qlora")))
             self._bound[key] = lb
-        return lb > self.memory_budget
+        if lb > self.memory_budget:
+            return True
+        return lb + k.micro_batch * self._activations_per_sequence(k) > self.memory_budget
+
+    def _activations_per_sequence(self, k: Knobs) -> int:
+        """What the layers of stage 0 keep through one sequence's forward under ``k.recompute``
+        (``StepPlan.saved_eff``, linear in the micro-batch), less 2 % for per-allocation rounding. At
+        the end of a micro-batch's forward all of it is alive beside the model states, on every
+        schedule (1F1B runs at least one whole forward before that micro-batch's backward)."""
+        key = (k.engine, k.tp, k.pp, k.cp, k.ep, k.recompute)
+        got = self._act.get(key)
+        if got is None:
+            got = 0
+            s = self.setup(replace(k, micro_batch=1, grad_accum=1, dp=k.dp))
+            if s is not None:
+                from trainmem.memory.activations import is_amp
+                from trainmem.memory.plan import build_plan
+                from trainmem.memory.states import rank_params
+                plan = build_plan(self.req.spec, s, rank_params(self.req.spec, s, 0), amp_copy=is_amp(s), bulk=False)
+                got = int(sum(plan.saved_eff) * 0.98)
+            self._act[key] = got
+        return got
 
     # -- the search -----------------------------------------------------------------------------
     def ranked(self, gpus: int, global_batch: int, fixed: Mapping[str, object]) -> list[tuple[StepTime, Knobs]]:
