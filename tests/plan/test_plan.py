@@ -65,6 +65,21 @@ def test_lower_bound_never_above_the_estimate(gpus: int, gb: int, seq: int) -> N
         assert states_lower_bound_bytes(spec, k, prec, "adamw") <= estimate(spec, s).peak_allocated_bytes
 
 
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(pool=st.sampled_from(["4xRTX-4090-24G", "8xA100-SXM-40G", "2xH100-SXM-80G"]), gb=st.sampled_from([8, 16]),
+       seq=st.sampled_from([1024, 4096]), model=st.sampled_from(["qwen2.5-0.5b", "llama-3.2-1b", "qwen1.5-moe-a2.7b"]))
+def test_the_bound_never_drops_a_configuration_that_fits(pool: str, gb: int, seq: int, model: str) -> None:
+    """bounded_out (model states + one micro-batch's activations) refuses only what the estimate refuses."""
+    spec, _ = build(model, seq_len=seq)
+    req = _request(spec, pool, gb, seq)
+    gs = GroupSearch(req, req.cluster.groups[0])
+    lim = SpaceLimits(gpus=req.cluster.total_gpus, gpus_per_node=8, global_batch=gb, seq_len=seq)
+    for k in list(configurations(spec, lim))[::5]:
+        s = gs.setup(k)
+        if s is not None and gs.bounded_out(k):
+            assert estimate(spec, s).device_total_bytes > gs.memory_budget, k
+
+
 def _brute_force_best(req: PlanRequest) -> float:
     gs = GroupSearch(req, req.cluster.groups[0])
     best = 0.0
