@@ -115,12 +115,19 @@ def _export(req, result, target: str, out_dir: str) -> dict:  # noqa: ANN001
         if len(p.shares) == 1 and can_export(p.shares[0].setup, target, req.spec) is None:
             share = p.shares[0]
             group = next(g for g in req.cluster.groups if g.gpu.name == share.gpu)
-            tgt = ExportTarget(model_ref=req.spec.name, nodes=-(-share.gpus // group.gpus_per_node),
+            tgt = ExportTarget(model_ref=_model_ref(req.spec), nodes=-(-share.gpus // group.gpus_per_node),
                                gpus_per_node=min(group.gpus_per_node, share.gpus))
             files = export_files(req.spec, share.setup, tgt, target)
             paths = write_export(files, Path(out_dir))
             return {"engine": target, "files": [str(x) for x in paths], "plan": p.to_dict()}
     raise ConfigError(f"--export {target}: none of the plans found is one {target} can run")
+
+
+def _model_ref(spec) -> str:  # noqa: ANN001
+    """The hub id of a catalog model (what the engines' tokenizer and model loaders take), else its name."""
+    from trainmem.model.catalog import find_entry
+    entry = find_entry(spec.name)
+    return entry.hf_id if entry is not None else spec.name
 
 
 def compare_cmd(model: opt.Model, as_json: opt.Json = False, lang: opt.Lang = "en", **setup: object) -> None:
