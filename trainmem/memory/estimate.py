@@ -49,6 +49,7 @@ class MemoryEstimate:
     fits: bool
     headroom_bytes: int
     timeline: list[tuple[str, int]]
+    """(phase, allocated bytes at its start) of the simulated rank, without ``cuda_only_bytes``."""
     n_params: int
     n_trainable_params: int
     stage: int
@@ -57,6 +58,10 @@ class MemoryEstimate:
     """Allocated on a GPU but invisible to a CPU trace (cuBLAS workspace)."""
     assumptions: list[str] = field(default_factory=list)
     setup: dict = field(default_factory=dict)
+    timeline_categories: list[dict[str, int]] = field(default_factory=list)
+    """Per timeline point: allocated bytes per category (they sum to the point's allocated bytes)."""
+    timeline_phase_max: list[int] = field(default_factory=list)
+    """Per timeline point: the largest allocated total inside its phase (transients included)."""
 
     def to_dict(self) -> dict:
         return {
@@ -71,7 +76,10 @@ class MemoryEstimate:
             "peak_phase": self.peak_phase,
             "host_memory_bytes": self.host_memory_bytes,
             "fits": self.fits, "headroom_bytes": self.headroom_bytes,
-            "timeline": [{"phase": p, "allocated_bytes": b} for p, b in self.timeline],
+            "timeline": [{"phase": p, "allocated_bytes": b, **({"by_category": dict(self.timeline_categories[i]),
+                                                                   "phase_max_bytes": self.timeline_phase_max[i]}
+                                                                  if i < len(self.timeline_categories) else {})}
+                         for i, (p, b) in enumerate(self.timeline)],
             "n_params": self.n_params, "n_trainable_params": self.n_trainable_params,
             "pipeline_stage": self.stage,
             "activation_bytes_per_layer": self.activation_bytes_per_layer,
@@ -94,6 +102,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str],
     if fp8_cache:
         tl.alloc("fp8 weight cache", "parameters", fp8_cache)
     StepWalk(spec, s, stage, plan, engine, loss_buffers(spec, s), tl).run()
+    tl.finish()
     return tl, rp, engine.st, plan.act_per_layer
 
 
@@ -144,7 +153,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
         breakdown_at_peak_bytes={c: breakdown.get(c, 0) for c in CATEGORIES},
         category_peak_bytes=dict(tl.category_peak), peak_phase=tl.peak_phase,
         host_memory_bytes=st.host, fits=total <= gpu.memory_bytes, headroom_bytes=gpu.memory_bytes - total,
-        timeline=list(tl.points), n_params=spec.n_params,
+        timeline=list(tl.points), timeline_categories=list(tl.point_categories),
+        timeline_phase_max=list(tl.phase_max), n_params=spec.n_params,
         n_trainable_params=_n_trainable(spec, setup), stage=stg, activation_bytes_per_layer=act,
         cuda_only_bytes=cuda_only, assumptions=notes, setup=asked.model_dump(mode="json"))
 

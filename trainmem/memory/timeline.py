@@ -28,6 +28,11 @@ class Timeline:
     debug: bool = False
     """Keep a copy of the live blocks at the peak (``peak_live``), for developers."""
     peak_live: dict[str, tuple[str, int]] = field(default_factory=dict)
+    point_categories: list[dict[str, int]] = field(default_factory=list)
+    """Allocated bytes per category at each timeline point (the phase's start), for charts."""
+    phase_max: list[int] = field(default_factory=list)
+    """The largest allocated total inside each point's phase (its transients included)."""
+    _phase_max: int = 0
 
     def alloc(self, key: str, category: str, n_bytes: int, *, count: int = 1) -> None:
         """Allocate ``count`` blocks of ``n_bytes`` (each rounded to 512 B) under one key."""
@@ -41,6 +46,8 @@ class Timeline:
         self._by_cat[category] += size
         if self._by_cat[category] > self.category_peak[category]:
             self.category_peak[category] = self._by_cat[category]
+        if self.current > self._phase_max:
+            self._phase_max = self.current
         if self.current > self.peak:
             self.peak = self.current
             self.peak_phase = self.phase
@@ -70,8 +77,18 @@ class Timeline:
 
     def mark(self, phase: str) -> None:
         """Start a phase and record a timeline point."""
+        if self.points:
+            self.phase_max[-1] = max(self.phase_max[-1], self._phase_max)
         self.phase = phase
         self.points.append((phase, self.current))
+        self.point_categories.append(dict(self._by_cat))
+        self.phase_max.append(self.current)
+        self._phase_max = self.current
+
+    def finish(self) -> None:
+        """Close the last phase (its maximum)."""
+        if self.phase_max:
+            self.phase_max[-1] = max(self.phase_max[-1], self._phase_max)
 
     def spike(self, key: str, category: str, n_bytes: int) -> None:
         """An allocation that is freed right away (a transient at this point of the step)."""
