@@ -34,7 +34,9 @@ def test_json_contract(capsys) -> None:
     assert d["n_params"] == 8_030_261_248
     assert d["peak_allocated_bytes"] <= d["peak_reserved_bytes"] <= d["device_total_bytes"]
     assert d["headroom_bytes"] == get_gpu("H100-SXM-80G").memory_bytes - d["device_total_bytes"]
-    assert all({"phase", "allocated_bytes"} == set(p) for p in d["timeline"])
+    assert all({"phase", "allocated_bytes", "by_category", "phase_max_bytes"} == set(p) for p in d["timeline"])
+    assert all(sum(p["by_category"].values()) == p["allocated_bytes"] <= p["phase_max_bytes"] for p in d["timeline"])
+    assert max(p["phase_max_bytes"] for p in d["timeline"]) + d["cuda_only_bytes"] == d["peak_allocated_bytes"]
     assert max(p["allocated_bytes"] for p in d["timeline"]) <= d["peak_allocated_bytes"]
 
 
