@@ -126,6 +126,14 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
     return plan
 
 
+def kept_per_layer(spec: ModelSpec, s: TrainingSetup) -> list[int]:
+    """What each layer of the model keeps through the forward under ``s.recompute`` (bytes of one
+    micro-batch): ``StepPlan.saved_eff`` without building the rest of the plan (the planner's bound)."""
+    ids = list(range(spec.num_layers))
+    kinds = _layer_kinds(spec, s, ids)
+    return _saved_under_recompute(spec, s, kinds, [ls.total_bytes for ls in kinds], ids)
+
+
 def _layer_kinds(spec: ModelSpec, s: TrainingSetup, layer_ids: list[int]) -> list[LayerSaved]:
     """Layers of one kind (dense / MoE) save the same: one layer_saved per kind. (LoRA without
     checkpointing: layer 0 saves less, nothing before its first adapter, activations.py)"""

@@ -16,11 +16,21 @@ __all__ = ["states_lower_bound_bytes"]
 _STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 0, "sgd-momentum": 4, "adamw-8bit": 2, "adafactor": 0, "lion": 4}
 
 
+_TOTALS: dict[int, tuple[ModelSpec, int, int]] = {}
+
+
+def _layer_totals(spec: ModelSpec) -> tuple[int, int]:
+    """(dense, expert) parameters of all layers, memoised per spec object."""
+    got = _TOTALS.get(id(spec))
+    if got is None or got[0] is not spec:
+        experts = sum(lp.experts for lp in spec.params.layers)
+        got = (spec, sum(lp.total for lp in spec.params.layers) - experts, experts)
+        _TOTALS[id(spec)] = got
+    return got[1], got[2]
+
+
 def _local_layer_params(spec: ModelSpec, k: Knobs) -> int:
-    dense = experts = 0
-    for lp in spec.params.layers:
-        experts += lp.experts
-        dense += lp.total - lp.experts
+    dense, experts = _layer_totals(spec)
     return dense // (k.tp * k.pp) + experts // (k.tp * k.ep * k.pp)
 
 

@@ -128,7 +128,7 @@ def _combine(req: PlanRequest, searches: Sequence[GroupSearch], k: Knobs, mbs: l
         times.append((gs, s, t))
     if len(shares) < 2:
         return None
-    cross = req.cluster.cross_link or min((gs.group.inter for gs, _, _ in times), key=lambda l: l.effective_gbps)
+    cross = _cross_link(req, [gs for gs, _, _ in times])
     sync = max(grad_sync_seconds(req.spec, s, gs.group, cross) for gs, s, _ in times)
     local = [t.step_seconds - t.breakdown.get("dp_comm", 0.0) for _, _, t in times]
     slow = max(range(len(times)), key=lambda i: local[i])
@@ -183,9 +183,13 @@ def _uniform(req: PlanRequest, dps: list[int], mb_cap: int) -> tuple[int, int] |
 
 
 def _rates(req: PlanRequest, gs: GroupSearch, k: Knobs, cap: int) -> dict[int, float]:
-    """Micro-batch (powers of two ≤ cap) → one replica's sequences per second on this type, no memory limit."""
+    """Micro-batch (powers of two ≤ cap, up to the first the memory bound refuses) → one replica's
+    sequences per second on this type."""
     out, mb = {}, 1
+    ga = k.pp * k.vpp if k.pp > 1 else 1
     while mb <= cap:
+        if mb > 1 and gs.bounded_out(_for_group(k, gs, mb, ga)):
+            break  # this micro-batch cannot fit this type (nor any larger one): not a rate it can reach
         out[mb] = mb / gs.time_of(_for_group(k, gs, mb, 1)).microbatch_seconds
         mb *= 2
     return out
@@ -201,11 +205,21 @@ def _upper_bound(req: PlanRequest, searches: Sequence[GroupSearch], k: Knobs) ->
     rates = [_rates(req, gs, k, cap) for gs in searches]
     if _custom_loop_engine(k):
         seqs_per_s = sum(dp * max(r.values()) for dp, r in zip(dps, rates))
-    else:
-        seqs_per_s = max(sum(dps) * min(r[m] for r in rates) for m in rates[0])
-    # per-step time no batch split avoids: the optimizer step and the offload traffic of the fastest type
+    else:  # one micro-batch for all: only those every type can hold
+        common = set(rates[0]).intersection(*rates[1:])
+        seqs_per_s = max(sum(dps) * min(r[m] for r in rates) for m in common)
+    # per-step time no batch split avoids: the optimizer step and the offload traffic of the fastest
+    # type, and the gradient synchronisation over the link between types (its least exposed value:
+    # one micro-batch of the largest size each type can hold, the most backward to hide behind)
     fixed = min(_per_step_seconds(gs, k) for gs in searches)
-    return req.global_batch * req.seq_len / (req.global_batch / seqs_per_s + fixed)
+    cross = _cross_link(req, searches)
+    sync = min(grad_sync_seconds(req.spec, gs.view(_for_group(k, gs, max(r), 1)), gs.group, cross)
+               for gs, r in zip(searches, rates))
+    return req.global_batch * req.seq_len / (req.global_batch / seqs_per_s + fixed + sync)
+
+
+def _cross_link(req: PlanRequest, searches: Sequence[GroupSearch]):  # noqa: ANN202 - a Link
+    return req.cluster.cross_link or min((gs.group.inter for gs in searches), key=lambda l: l.effective_gbps)
 
 
 def _per_step_seconds(gs: GroupSearch, k: Knobs) -> float:

@@ -19,6 +19,7 @@ How it stays exact and fast (no sampling):
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -30,7 +31,8 @@ from trainmem.model.spec import ModelSpec
 from trainmem.perf import StepTime, step_time
 from trainmem.plan.bounds import states_lower_bound_bytes
 from trainmem.plan.result import GroupShare, Plan, PlanResult
-from trainmem.plan.space import ENGINES, KNOB_KEYS, Knobs, SpaceLimits, configurations, engine_precision
+from trainmem.plan.space import (ENGINES, KNOB_KEYS, Knobs, SpaceLimits, configurations, engine_precision, is_root,
+                                 savers)
 from trainmem.plan.view import SetupView
 from trainmem.setup import TrainingSetup, make_setup
 
@@ -78,6 +80,7 @@ class GroupSearch:
         self._time: dict[Knobs, StepTime] = {}
         self._bound: dict[tuple, int] = {}
         self._act: dict[tuple, int] = {}
+        self._layer_act: dict[tuple, list[int]] = {}
         self.evaluated = 0
         self.estimated = 0
 
@@ -97,12 +100,15 @@ class GroupSearch:
         """Predicted step time, from an unvalidated :class:`~trainmem.plan.view.SetupView` (memoised)."""
         t = self._time.get(k)
         if t is None:
-            f = self.fields(k)
-            three_d = k.engine in ("megatron", "fsdp2") and k.tp > 1
-            f.update(sp=three_d, loss_parallel=three_d)
-            t = self.time(SetupView(**f))
+            t = self.time(self.view(k))
             self._time[k] = t
         return t
+
+    def view(self, k: Knobs) -> SetupView:
+        f = self.fields(k)
+        three_d = k.engine in ("megatron", "fsdp2") and k.tp > 1
+        f.update(sp=three_d, loss_parallel=three_d)
+        return SetupView(**f)
 
     def time(self, setup: TrainingSetup | SetupView) -> StepTime:
         self.evaluated += 1
@@ -157,54 +163,75 @@ class GroupSearch:
         (``StepPlan.saved_eff``, linear in the micro-batch), less 2 % for per-allocation rounding. At
         the end of a micro-batch's forward all of it is alive beside the model states, on every
         schedule (1F1B runs at least one whole forward before that micro-batch's backward)."""
-        key = (k.engine, k.tp, k.pp, k.cp, k.ep, k.recompute)
+        key = (k.engine, k.tp, k.cp, k.ep, k.recompute, k.pp)
         got = self._act.get(key)
         if got is None:
-            got = 0
-            s = self.setup(replace(k, micro_batch=1, grad_accum=1, dp=k.dp))
-            if s is not None:
-                from trainmem.memory.activations import is_amp
-                from trainmem.memory.plan import build_plan
-                from trainmem.memory.states import rank_params
-                plan = build_plan(self.req.spec, s, rank_params(self.req.spec, s, 0), amp_copy=is_amp(s), bulk=False)
-                got = int(sum(plan.saved_eff) * 0.98)
+            from trainmem.memory.states import stage_layers
+            per_layer = self._saved_per_layer(k)
+            got = int(sum(per_layer[i] for i in stage_layers(len(per_layer), k.pp, 0)) * 0.98)
             self._act[key] = got
         return got
 
+    def _saved_per_layer(self, k: Knobs) -> list[int]:
+        """Each layer's kept bytes for one sequence, from the estimator's own step plan of the whole
+        model (pp = 1; a layer keeps the same whatever stage it is on)."""
+        key = (k.engine, k.tp, k.cp, k.ep, k.recompute)
+        got = self._layer_act.get(key)
+        if got is None:
+            got = [0] * self.req.spec.num_layers
+            s = self.setup(replace(k, micro_batch=1, grad_accum=1, pp=1, vpp=1, dp=k.dp * k.pp))
+            if s is not None:
+                from trainmem.memory.plan import kept_per_layer
+                got = kept_per_layer(self.req.spec, s)
+            self._layer_act[key] = got
+        return got
+
     # -- the search -----------------------------------------------------------------------------
-    def ranked(self, gpus: int, global_batch: int, fixed: Mapping[str, object]) -> list[tuple[StepTime, Knobs]]:
+    def roots(self, gpus: int, global_batch: int, fixed: Mapping[str, object]) -> list[Knobs]:
+        """Every valid configuration's root (least recompute, no offload) for this pool size."""
         lim = SpaceLimits(gpus=gpus, gpus_per_node=self.group.gpus_per_node, global_batch=global_batch,
                           seq_len=self.req.seq_len, lora=bool(self.req.setup_extra.get("lora_rank")),
                           fp8=self.family == "fp8")
-        out = []
-        for k in configurations(self.req.spec, lim, fixed, self.req.engines):
-            if self.bounded_out(k):
-                continue
-            out.append((self.time_of(k), k))
-        out.sort(key=lambda c: -c[0].tokens_per_second)
-        return out
+        return [k for k in configurations(self.req.spec, lim, fixed, self.req.engines) if is_root(k, fixed)]
 
     def best(self, gpus: int, global_batch: int, fixed: Mapping[str, object], top: int,
              distinct: bool = True) -> list[tuple[StepTime, Knobs, TrainingSetup, MemoryEstimate]]:
         """The ``top`` fastest configurations that fit, one per strategy (structure + recompute) when
-        ``distinct``."""
+        ``distinct``, fastest first.
+
+        Candidates come out of a heap ordered by predicted speed. It starts with the roots; a
+        configuration that memory refuses (bounded out, implied, or estimated) puts its savers (more
+        recompute, offload) in the heap — they are slower than it, so the heap's order stays exact.
+        A saver of a configuration that fits is never faster than it and is not listed."""
+        heap: list[tuple[float, int, Knobs]] = []
+        pushed: set[Knobs] = set()
         found, seen = [], set()
-        for t, k in self.ranked(gpus, global_batch, fixed):
+
+        def push(k: Knobs) -> None:
+            if k in pushed:
+                return
+            pushed.add(k)
+            if self.bounded_out(k):
+                for v in savers(k, fixed):
+                    push(v)
+                return
+            heapq.heappush(heap, (-self.time_of(k).tokens_per_second, len(pushed), k))
+
+        for k in self.roots(gpus, global_batch, fixed):
+            push(k)
+        while heap and len(found) < top:
+            _, _, k = heapq.heappop(heap)
             tag = (k.structure(), k.recompute)
             if distinct and tag in seen:
                 continue
-            if self.implied_refused(k):
-                continue
-            s = self.setup(k)
-            if s is None:
-                continue
-            est = self.memory(k, s)
+            s = None if self.implied_refused(k) else self.setup(k)
+            est = self.memory(k, s) if s is not None else None
             if est is None:
+                for v in savers(k, fixed):
+                    push(v)
                 continue
-            found.append((t, k, s, est))
+            found.append((self.time_of(k), k, s, est))
             seen.add(tag)
-            if len(found) >= top:
-                break
         return found
 
 

@@ -19,12 +19,12 @@ run and the estimator can validate, for a global batch that is preserved exactly
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainmem.errors import ConfigError
 from trainmem.model.spec import ModelSpec
 
-__all__ = ["Knobs", "KNOB_KEYS", "SpaceLimits", "configurations", "divisors", "engine_precision", "parse_fix", "ENGINES"]
+__all__ = ["Knobs", "KNOB_KEYS", "SpaceLimits", "configurations", "divisors", "engine_precision", "parse_fix", "is_root", "savers", "ENGINES"]
 
 ENGINES = ("megatron", "fsdp2", "deepspeed", "torch")
 KNOB_KEYS = ("engine", "dp", "tp", "pp", "vpp", "cp", "ep", "zero", "recompute", "offload", "micro_batch",
@@ -180,6 +180,24 @@ def _engine_configurations(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engin
                         if "grad_accum" in fixed and fixed["grad_accum"] != ga:
                             continue
                         yield Knobs(engine, dp, tp, pp, vpp, cp, ep, zero, recompute, offload, mb, ga)
+
+
+def is_root(k: Knobs, fixed: Mapping[str, object]) -> bool:
+    """A configuration with the least recompute and no offload that ``fixed`` allows: the planner times
+    these first and reaches the others through :func:`savers` only when memory refuses."""
+    return (k.recompute == fixed.get("recompute", "none")) and (k.offload == fixed.get("offload", "none"))
+
+
+def savers(k: Knobs, fixed: Mapping[str, object]) -> list[Knobs]:
+    """The next memory-saving variants of ``k``: one step more recompute, or offload (each slower by the
+    performance model: ``tests/perf`` checks that neither ever speeds a step up)."""
+    out = []
+    rs = _recomputes(k.engine)
+    if "recompute" not in fixed and k.recompute != rs[-1]:
+        out.append(replace(k, recompute=rs[rs.index(k.recompute) + 1]))
+    if "offload" not in fixed and k.offload == "none":
+        out.extend(replace(k, offload=o) for o in _offloads(k.engine, k.zero) if o != "none")
+    return out
 
 
 def parse_fix(text: str) -> dict[str, object]:
