@@ -1,37 +1,52 @@
 """trainmem's performance model against published, measured training throughput (issue 8 targets).
 
 Each point of ``benchmarks/published_throughput.json`` quotes a measured throughput with its source and
-the configuration that produced it. For every point with a complete configuration this script builds
-the ModelSpec (the catalog entry of ``model.hf_id``, else a config from the architecture fields), the
-TrainingSetup and the GPU pool, predicts tokens/s/GPU with :func:`trainmem.perf.step_time` and compares.
+the configuration that produced it. For every point this script builds the ModelSpec (the catalog entry of
+``model.hf_id``, else a config from the architecture fields), the TrainingSetup and the GPU pool, predicts
+tokens/s/GPU with :func:`trainmem.perf.step_time` and compares; it also asks the memory model whether the
+published configuration fits (``trainmem.memory.estimate``) and, with ``--with-plans``, prints the
+planner's own best plan for the same model, GPU count, global batch and sequence length.
 
-Nothing in the performance model is fitted to these points (its constants are kernel microbenchmarks
-and engine defaults: trainmem/perf/calibration.py); this is the hold-out check.
+Calibration split (trainmem/perf/calibration.py ``is_held_in``): two constants of the model
+(SUSTAINED_FRACTION, STEP_OVERHEAD_SECONDS) are fitted on the HELD-IN points only — Megatron-Core's
+H100 table (``mcore-h100-*``) and torchtitan's H100 benchmarks (``tt-*``); every other point (A100
+Megatron-LM 2021, NeMo / Megatron-Bridge, llm-foundry, BLOOM, MT-NLG) is HELD OUT and summarised apart.
+``--calibrate`` re-runs the grid search. Points whose configuration cannot be expressed faithfully (see
+``EXCLUDED``) are reported but left out of every statistic, with the reason printed.
 
-How a point is mapped (each mapping is printed in the point's ``how`` column with ``--verbose``):
+How a point is mapped (each mapping is printed in the point's ``how`` with ``--verbose``):
 
-- engine: ``megatron`` and ``nemo`` (Megatron-Core) → megatron; ``fsdp2`` and ``meta-internal`` → fsdp2;
-  ``fsdp1`` → fsdp2 (same per-unit all-gather / reduce-scatter pattern); Megatron-DeepSpeed runs with
-  tp/pp (``deepspeed`` with tp·pp > 1) → megatron with zero 1 (its BF16_Optimizer / ZeRO-1 ≈ the
-  distributed optimizer); ``deepspeed`` without model parallelism → deepspeed.
+- engine: ``megatron`` and ``nemo`` (Megatron-Core) → megatron; ``fsdp2`` → fsdp2; ``fsdp1`` (Composer /
+  PyTorch FSDP FULL_SHARD) → fsdp2 (same per-unit all-gather / reduce-scatter pattern).
+  Megatron-DeepSpeed (``deepspeed`` with tp·pp > 1: BLOOM, MT-NLG) → **megatron with zero 1**, not
+  ``deepspeed``: its model code is Megatron-LM's (tensor-parallel layers, fused softmax, bias-GeLU and
+  bias-dropout-add fusions), its optimizer (DeepSpeed BF16_Optimizer, "its own zero stage 1 equivalent")
+  shards the fp32 master weights and Adam states over DP like Megatron's distributed optimizer, while
+  trainmem's ``deepspeed`` engine is the ZeRO data-parallel engine without TP or PP. What the stand-in
+  gets wrong: DeepSpeed's PipelineEngine all-reduces gradients after the pipeline flush (not overlapped
+  with the backward) and blocks on its send/recv — the model overlaps them as Megatron does (a few % of
+  BLOOM's step at most; docs/performance.md "Known gaps"). ``deepspeed`` without model parallelism →
+  deepspeed.
 - precision: bf16 → the engine's mixed recipe (mixed-bf16, amp-bf16), fp16 → mixed-fp16 / amp-fp16,
   fp8 → fp8.
 - measured: tokens/s/GPU as published, else derived from the step time, else converted from TFLOP/s/GPU
   with the source's own FLOP count: "hardware"/"achieved" FLOPs (BLOOM, Narayanan et al. 2021) with
   Narayanan's eq. 3 (recompute counted), "model" FLOPs with PaLM's 6N + 12·L·h·s (trainmem.perf.flops).
 - GPU: the catalog row; Meta's Grand Teton H100 (96 GB HBM2e, 500 W) is not in the catalog and is built
-  here from its file (2.4 TB/s; the SXM 989 TFLOP/s peak, as its own MFU footnote uses) — an
-  approximation, flagged ``approx-gpu``.
+  here from torchtitan's benchmark file (2.4 TB/s; the peak "between SXM and NVL" per its footnote: the
+  midpoint of 989 and 835.5 TFLOP/s) — an approximation, flagged ``approx-gpu``.
 
 Run:  python benchmarks/plan_vs_published.py             # complete points
       python benchmarks/plan_vs_published.py --all       # also incomplete points, with stated defaults
-      python benchmarks/plan_vs_published.py --markdown  # the table in Markdown
+      python benchmarks/plan_vs_published.py --all --markdown --with-plans   # docs/performance.md tables
+      python benchmarks/plan_vs_published.py --calibrate # re-fit the two calibrated constants (held-in)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -48,14 +63,37 @@ from trainmem.hardware.cluster import GPUGroup, Link, parse_cluster  # noqa: E40
 from trainmem.model.hf import spec_from_hf_config  # noqa: E402
 from trainmem.model.resolve import resolve_model  # noqa: E402
 from trainmem.model.spec import ModelSpec  # noqa: E402
+from trainmem.perf import calibration as cal  # noqa: E402
 from trainmem.perf import step_time  # noqa: E402
 from trainmem.perf.flops import model_flops_per_token, narayanan_flops_per_iteration  # noqa: E402
+from trainmem.perf.step import reset_caches  # noqa: E402
 from trainmem.setup import TrainingSetup, make_setup, validate_for_model  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "published_throughput.json"
 TARGET_MEDIAN, TARGET_MAX = 0.10, 0.25
 
-__all__ = ["Row", "evaluate", "load_points", "main"]
+__all__ = ["Row", "evaluate", "load_points", "main", "summary", "EXCLUDED", "calibrate"]
+
+#: Points whose published configuration cannot be expressed faithfully by a TrainingSetup: reported, but
+#: outside every statistic. (Points that fail to build at all — an architecture without a catalog entry or
+#: the fields to build one, an uneven pipeline split — are excluded with their one-line reason too.)
+EXCLUDED: dict[str, str] = {
+    "llama3-405b-h100-8192gpu-cp1": "Meta's internal stack: 126 layers on PP 16 with one layer fewer on the "
+    "first and last stages, an interleaved schedule of unstated depth and micro-batch count, FSDP without "
+    "resharding (Dubey et al. 2024 §3.3.2) — not expressible (even stages, vpp and micro-batch unknown)",
+    "llama3-405b-h100-16384gpu-cp1": "Meta's internal stack: uneven PP-16 stages over 126 layers, interleaved "
+    "schedule and micro-batch count not published (Dubey et al. 2024 §3.3.2) — not expressible",
+    "llama3-405b-h100-16384gpu-cp16": "Meta's internal stack: uneven PP-16 stages, unpublished schedule, "
+    "and its own all-gather context parallelism (Dubey et al. 2024 §3.3.2) — not expressible",
+    "mbridge2511-h100-fp8-llama3-8b-fsdp-8gpu": "Megatron-FSDP (use_megatron_fsdp, the table's FSDP column) is "
+    "no TrainingSetup knob for the megatron engine (zero 0 or 1 only); the 1420e3fa9 preset also recomputes 5 of "
+    "32 layers (recompute_method block), which 'none/selective/full' cannot express",
+    "tt-70b-fsdp32-tp8-asynctp": "AsyncTP (torchtitan enable_async_tensor_parallel) is no TrainingSetup knob: "
+    "the model exposes torchtitan's TP collectives, so this row can only repeat the plain-TP prediction",
+    "tt-405b-fsdp8-tp8-pp8-interleaved": "Interleaved 1F1B at torchtitan 9dec370 defaults to 2 stages per rank "
+    "(pipelining_utils.generate_split_points): 126 layers over 16 uneven stages, which a TrainingSetup "
+    "(layers divisible by pp·vpp) cannot express",
+}
 
 
 @dataclass
@@ -67,16 +105,30 @@ class Row:
     measured: float | None = None
     predicted: float | None = None
     complete: bool = True
+    held_in: bool = False
+    excluded: str = ""
     flags: list[str] = field(default_factory=list)
     how: list[str] = field(default_factory=list)
     skipped: str = ""
     breakdown: dict[str, float] = field(default_factory=dict)
+    fits: bool | None = None
+    """The memory model's verdict on the published configuration (None: not evaluated)."""
+    peak_reserved_gib: float | None = None
+    published_reserved_gib: float | None = None
+    plan: str = ""
+    """The planner's best plan (``--with-plans``): its label, or the one-line reason none came back."""
+    plan_tokens_per_gpu: float | None = None
 
     @property
     def error(self) -> float | None:
         if self.measured and self.predicted is not None:
             return (self.predicted - self.measured) / self.measured
         return None
+
+    @property
+    def counted(self) -> bool:
+        """In the statistics: predicted, measured and not excluded."""
+        return self.error is not None and not self.excluded
 
 
 def load_points(path: Path = DATA) -> list[dict]:
@@ -99,8 +151,9 @@ def _arch_config(m: dict, seq: int) -> dict | None:
                 "num_key_value_heads": kv, "intermediate_size": ffn, "vocab_size": vocab,
                 "max_position_embeddings": max(seq, 8192), "tie_word_embeddings": False}
     # dropout: Megatron's GPT defaults (--hidden-dropout 0.1, --attention-dropout 0.1); BLOOM trained without
-    # (bigscience/bloom config.json: hidden_dropout 0.0, attention_dropout 0.0)
-    drop = 0.0 if "bloom" in name else 0.1
+    # (bigscience/bloom config.json: hidden_dropout 0.0, attention_dropout 0.0), and so does MPT
+    # (llm-foundry MPTConfig defaults: attn_pdrop 0.0, resid_pdrop 0.0, emb_pdrop 0.0)
+    drop = 0.0 if ("bloom" in name or "mpt" in name) else 0.1
     return {"model_type": "gpt2", "n_embd": h, "n_layer": layers, "n_head": heads, "n_inner": ffn or 4 * h,
             "vocab_size": vocab, "n_positions": seq, "attn_pdrop": drop, "resid_pdrop": drop, "embd_pdrop": drop}
 
@@ -127,11 +180,14 @@ def build_spec(p: dict, how: list[str]) -> ModelSpec:
 
 
 # -- hardware ----------------------------------------------------------------------------------------
-_GRAND_TETON = GPU(name="H100-SXM-96G-HBM2e-500W", memory_bytes=96 * 10**9, bf16_tflops=989, fp8_tflops=1979,
-                   bf16=True, hbm_gbps=2400,
+#: 96 "GB" HBM2e taken as 96 GiB with the usable share of the 80 GB part (85.03e9 of 80 GiB): an assumption.
+_GRAND_TETON_BYTES = int(96 * 2**30 * 85_027_979_264 / (80 * 2**30))
+_GRAND_TETON = GPU(name="H100-SXM-96G-HBM2e-500W", memory_bytes=_GRAND_TETON_BYTES, bf16_tflops=(989 + 835.5) / 2,
+                   fp8_tflops=(1979 + 1670.5) / 2, bf16=True, hbm_gbps=2400,
                    source="torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Grand Teton: 96 GB HBM2e, "
-                          "2.4 TB/s, 500 W)",
-                   note="peak: the SXM figure torchtitan's own MFU uses (its footnote: the true one is between SXM and NVL)")
+                          "2.4 TB/s, 500 W power limit)",
+                   note="peak: the midpoint of the H100 SXM (989) and NVL (835.5) dense bf16 peaks, as its "
+                        "footnote says the true one lies between them")
 
 
 def build_gpu(name: str, flags: list[str]) -> GPU:
@@ -180,7 +236,7 @@ def _engine(p: dict, how: list[str]) -> str:
         how.append("engine: FSDP1 modelled as FSDP2")
         return "fsdp2"
     if e == "deepspeed" and tp * pp > 1:
-        how.append("engine: Megatron-DeepSpeed (tp/pp) modelled as megatron with the distributed optimizer")
+        how.append("engine: Megatron-DeepSpeed (tp/pp) modelled as megatron with zero 1 (module docstring)")
         return "megatron"
     if e == "deepspeed":
         return "deepspeed"
@@ -211,17 +267,14 @@ def _attention(p: dict, engine: str, how: list[str]) -> str:
     return "sdpa"
 
 
-def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[str]) -> TrainingSetup:
-    engine = _engine(p, how)
-    tp, pp, cp, ep = (p.get(k) or 1 for k in ("tp", "pp", "cp", "ep"))
-    gpus = p["gpus"]
-    dp = gpus // (tp * pp * cp)
+def _batches(p: dict, engine: str, dp: int, flags: list[str], how: list[str]) -> tuple[int, int]:
+    """(micro_batch, grad_accum) of a point (torchtitan's PP local batch split into microbatches)."""
+    pp, vpp = p.get("pp") or 1, p.get("vpp") or 1
     mb = p.get("micro_batch")
     if mb is None:
         flags.append("micro_batch?")
         mb = 1
     gb = p.get("global_batch") or mb * dp
-    vpp = p.get("vpp") or 1
     if engine == "fsdp2" and pp > 1 and mb % (pp * vpp) == 0:
         # torchtitan's "local batch" under PP is split into microbatches; at the runs' version the count
         # defaults to the number of pipeline stages (config_manager.py @ 9dec370,
@@ -231,16 +284,30 @@ def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[
     ga = max(1, gb // (mb * dp))
     if ga * mb * dp != gb:
         flags.append("global_batch≠mb·ga·dp")
+    return mb, ga
+
+
+def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[str]) -> TrainingSetup:
+    engine = _engine(p, how)
+    tp, pp, cp, ep = (p.get(k) or 1 for k in ("tp", "pp", "cp", "ep"))
+    gpus = p["gpus"]
+    dp = gpus // (tp * pp * cp)
+    mb, ga = _batches(p, engine, dp, flags, how)
     zero = None
     if engine == "megatron":
-        zero = 1 if (p.get("distributed_optimizer") or p["engine"] == "deepspeed") else 0
+        # NeMo 2 and Megatron-Bridge recipes default to the distributed optimizer
+        # (nemo/collections/llm/recipes/optim/adam.py and megatron/bridge/recipes/utils/optimizer_utils.py:
+        # use_distributed_optimizer=True); Megatron-DeepSpeed's BF16_Optimizer is ZeRO-1-like
+        dist = p.get("distributed_optimizer")
+        zero = 1 if (dist or (dist is None and p["engine"] in ("nemo", "deepspeed"))) else 0
     elif engine == "deepspeed":
         zero = p.get("zero") or 0
     sp = p.get("sp")
+    teton = gpu is _GRAND_TETON
     fields = dict(engine=engine, precision=_RECIPE[(engine, p["precision"])], gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep,
-                  vpp=vpp, micro_batch=mb, grad_accum=ga, seq_len=p["seq_len"], zero=zero,
-                  recompute=_recompute(p, flags), gpu=gpu.name if gpu is not _GRAND_TETON else "H100-SXM-80G",
-                  attn=_attention(p, engine, how))
+                  vpp=p.get("vpp") or 1, micro_batch=mb, grad_accum=ga, seq_len=p["seq_len"], zero=zero,
+                  recompute=_recompute(p, flags), gpu="H100-SXM-80G" if teton else gpu.name,
+                  gpu_memory=gpu.memory_bytes if teton else None, attn=_attention(p, engine, how))
     if engine == "megatron":
         fields["sp"] = bool(sp) if tp > 1 else None
     if engine == "fsdp2" and tp > 1 and sp is False:
@@ -274,8 +341,47 @@ def measured_tokens_per_gpu(p: dict, spec: ModelSpec, s: TrainingSetup, how: lis
     return None
 
 
-def evaluate(p: dict) -> Row:
-    row = Row(id=p["id"], engine=p["engine"], gpu=p["gpu"], precision=p["precision"], complete=bool(p.get("complete")))
+def _memory(row: Row, p: dict, spec: ModelSpec, s: TrainingSetup) -> None:
+    """The memory model's verdict on the published configuration, and the published peak where stated."""
+    from trainmem.memory import estimate
+    pub = (p.get("measured") or {}).get("peak_reserved_memory")
+    if pub:
+        row.published_reserved_gib = float(pub["value"])
+    try:
+        est = estimate(spec, s)
+    except TrainmemError as err:
+        row.how.append(f"memory: not estimated ({str(err).splitlines()[0]})")
+        return
+    row.fits = est.fits
+    row.peak_reserved_gib = est.peak_reserved_bytes / 2**30
+
+
+def _plan(row: Row, p: dict, spec: ModelSpec, s: TrainingSetup, gpu: GPU) -> None:
+    """The planner's best plan for the point's model, GPU count, global batch and sequence length."""
+    from trainmem.plan.explain import label
+    from trainmem.plan.search import PlanRequest, plan
+    name = "H100-SXM-80G" if gpu is _GRAND_TETON else gpu.name
+    try:
+        req = PlanRequest(spec=spec, cluster=parse_cluster(f"{p['gpus']}x{name}"), global_batch=s.global_batch,
+                          seq_len=s.seq_len, precision="fp8" if p["precision"] == "fp8" else "bf16", top=1)
+        best = plan(req).plans[0]
+    except TrainmemError as err:
+        row.plan = "no plan: " + str(err).splitlines()[0][:120]
+        return
+    row.plan = label(best)
+    row.plan_tokens_per_gpu = best.tokens_per_second / best.gpus
+
+
+def _engine_label(p: dict) -> str:
+    """The source's engine, with Megatron-DeepSpeed (``deepspeed`` with tp·pp > 1) named as such."""
+    if p["engine"] == "deepspeed" and (p.get("tp") or 1) * (p.get("pp") or 1) > 1:
+        return "megatron-deepspeed"
+    return p["engine"]
+
+
+def evaluate(p: dict, with_plans: bool = False, with_memory: bool = True) -> Row:
+    row = Row(id=p["id"], engine=_engine_label(p), gpu=p["gpu"], precision=p["precision"],
+              complete=bool(p.get("complete")), held_in=cal.is_held_in(p["id"]), excluded=EXCLUDED.get(p["id"], ""))
     try:
         spec = build_spec(p, row.how)
         gpu = build_gpu(p["gpu"], row.flags)
@@ -284,59 +390,141 @@ def evaluate(p: dict) -> Row:
         row.measured = measured_tokens_per_gpu(p, spec, s, row.how)
         t = step_time(spec, s, grp)
     except (TrainmemError, ValueError, KeyError) as err:
-        row.skipped = str(err).splitlines()[0][:110]
+        row.skipped = str(err).splitlines()[0].split(": give a catalog name")[0][:160]
+        row.excluded = row.excluded or f"not expressible: {row.skipped}"
         return row
     row.predicted = t.tokens_per_second_per_gpu
     row.breakdown = {k: v / t.step_seconds for k, v in t.breakdown.items() if v > 0}
+    if with_memory:
+        _memory(row, p, spec, s)
+    if with_plans:
+        _plan(row, p, spec, s, gpu)
     return row
 
 
+# -- statistics --------------------------------------------------------------------------------------
+def _gpu_key(r: Row) -> str:
+    g = r.gpu.upper()
+    return "A100" if "A100" in g else "H100" if "H100" in g else "B200" if "B200" in g else r.gpu
+
+
+def _stats(errors: list[float]) -> tuple[int, float, float, float]:
+    """(points, median |error|, max |error|, median signed error)."""
+    return (len(errors), statistics.median(abs(e) for e in errors), max(abs(e) for e in errors),
+            statistics.median(errors))
+
+
+def summary(rows: list[Row]) -> list[tuple[str, str, str, int, float, float, float]]:
+    """(split, by, group, points, median |error|, max |error|, median signed) over the counted rows, for the
+    held-in and held-out splits and both together; ``by`` is engine / gpu / precision / all."""
+    out = []
+    for split, keep in (("held-in", lambda r: r.held_in), ("held-out", lambda r: not r.held_in),
+                        ("all", lambda r: True)):
+        counted = [r for r in rows if r.counted and keep(r)]
+        if not counted:
+            continue
+        for by, key in (("engine", lambda r: r.engine), ("gpu", _gpu_key), ("precision", lambda r: r.precision)):
+            groups: dict[str, list[float]] = {}
+            for r in counted:
+                groups.setdefault(key(r), []).append(r.error)
+            out += [(split, by, k, *_stats(v)) for k, v in sorted(groups.items())]
+        out.append((split, "all", "all", *_stats([r.error for r in counted])))
+    return out
+
+
+# -- calibration -------------------------------------------------------------------------------------
+def _objective(rows: list[Row]) -> float:
+    """Mean |ln(predicted / measured)| (a ratio error, symmetric in over- and under-prediction)."""
+    return statistics.fmean(abs(math.log(r.predicted / r.measured)) for r in rows)
+
+
+def calibrate(points: list[dict], sustained: tuple[float, ...] = tuple(x / 100 for x in range(78, 91)),
+              overheads: tuple[float, ...] = tuple(x / 100 for x in range(0, 21))) -> tuple[float, float, float]:
+    """Grid search of (SUSTAINED_FRACTION, STEP_OVERHEAD_SECONDS) minimising the mean |ln ratio| over the
+    held-in, non-excluded points; restores the module's values. Returns (sustained, overhead, objective)."""
+    held = [p for p in points if cal.is_held_in(p["id"]) and p["id"] not in EXCLUDED]
+    saved = cal.SUSTAINED_FRACTION, cal.STEP_OVERHEAD_SECONDS
+    best: tuple[float, float, float] | None = None
+    try:
+        for f in sustained:
+            for o in overheads:
+                cal.SUSTAINED_FRACTION, cal.STEP_OVERHEAD_SECONDS = f, o
+                reset_caches()
+                score = _objective([r for r in (evaluate(p, with_memory=False) for p in held) if r.counted])
+                if best is None or score < best[0] - 1e-12:
+                    best = (score, f, o)
+    finally:
+        cal.SUSTAINED_FRACTION, cal.STEP_OVERHEAD_SECONDS = saved
+        reset_caches()
+    assert best is not None
+    return best[1], best[2], best[0]
+
+
 # -- report ------------------------------------------------------------------------------------------
-def _summary(rows: list[Row]) -> list[tuple[str, int, float, float, float]]:
-    """(engine, points, median |error|, max |error|, median signed error) per engine and overall."""
-    groups: dict[str, list[float]] = {}
-    for r in rows:
-        if r.error is not None:
-            groups.setdefault(r.engine, []).append(r.error)
-            groups.setdefault("all", []).append(r.error)
-    return [(k, len(v), statistics.median(abs(e) for e in v), max(abs(e) for e in v), statistics.median(v))
-            for k, v in sorted(groups.items(), key=lambda x: x[0] == "all")]
-
-
 def _fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:,.0f}"
 
 
-def render(rows: list[Row], markdown: bool, verbose: bool) -> str:
-    head = ["id", "engine", "GPU", "precision", "measured tok/s/GPU", "predicted", "error %", "flags"]
-    lines = []
+def _fits(r: Row) -> str:
+    if r.fits is None:
+        return "—"
+    pub = f" vs {r.published_reserved_gib:.1f} pub." if r.published_reserved_gib else ""
+    mem = f" ({r.peak_reserved_gib:.1f}{pub}"
+    return ("yes" if r.fits else "NO") + (mem + " GiB)" if r.peak_reserved_gib is not None else "")
+
+
+def _table(rows: list[Row], with_plans: bool) -> tuple[list[str], list[list[str]]]:
+    head = ["id", "split", "engine", "GPU", "prec.", "measured tok/s/GPU", "predicted", "error %", "fits (reserved)",
+            "flags"]
+    if with_plans:
+        head[-1:-1] = ["planner's best plan", "plan tok/s/GPU"]
     table = []
     for r in rows:
         err = "—" if r.error is None else f"{100 * r.error:+.1f}"
-        flags = ",".join(r.flags) + (f" skipped: {r.skipped}" if r.skipped else "") + ("" if r.complete else " incomplete")
-        table.append([r.id, r.engine, r.gpu.split(" (")[0], r.precision, _fmt(r.measured), _fmt(r.predicted), err,
-                      flags.strip(",")])
+        split = ("held-in" if r.held_in else "held-out") + (" (excl.)" if r.excluded else "")
+        flags = ",".join(r.flags) + ("" if r.complete else " incomplete")
+        line = [r.id, split, r.engine, r.gpu.split(" (")[0], r.precision, _fmt(r.measured), _fmt(r.predicted), err,
+                _fits(r), flags.strip(", ")]
+        if with_plans:
+            line[-1:-1] = [r.plan or "—", _fmt(r.plan_tokens_per_gpu)]
+        table.append(line)
+    return head, table
+
+
+def _render_table(head: list[str], table: list[list[str]], markdown: bool) -> list[str]:
     if markdown:
-        lines.append("| " + " | ".join(head) + " |")
-        lines.append("| " + " | ".join("---" for _ in head) + " |")
-        lines += ["| " + " | ".join(row) + " |" for row in table]
-    else:
-        widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
-        lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-        lines += ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)) for row in table]
+        esc = [[c.replace("|", "\\|") for c in row] for row in table]
+        return (["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+                + ["| " + " | ".join(row) + " |" for row in esc])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
+    return (["  ".join(h.ljust(w) for h, w in zip(head, widths))]
+            + ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)) for row in table])
+
+
+def _render_summary(rows: list[Row], markdown: bool) -> list[str]:
+    summ = summary(rows)
+    if markdown:
+        lines = ["| split | by | group | points | median abs error | max abs error | median signed error |",
+                 "| --- | --- | --- | --- | --- | --- | --- |"]
+        return lines + [f"| {sp} | {by} | {k} | {n} | {100 * med:.1f} % | {100 * mx:.1f} % | {100 * sg:+.1f} % |"
+                        for sp, by, k, n, med, mx, sg in summ]
+    return [f"{sp:8s} {by:9s} {k:13s} n={n:3d}  median |error| {100 * med:5.1f} %  max |error| {100 * mx:5.1f} %  "
+            f"median signed {100 * sg:+5.1f} %" for sp, by, k, n, med, mx, sg in summ]
+
+
+def render(rows: list[Row], markdown: bool, verbose: bool, with_plans: bool = False) -> str:
+    lines = _render_table(*_table(rows, with_plans), markdown)
     if verbose:
         for r in rows:
-            lines.append(f"{r.id}: " + "; ".join(r.how)
-                         + (" | time: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in r.breakdown.items()) if r.breakdown else ""))
+            time_ = ", ".join(f"{k} {100 * v:.0f}%" for k, v in r.breakdown.items())
+            lines.append(f"{r.id}: " + "; ".join(r.how) + (f" | time: {time_}" if time_ else ""))
+    lines += ["", "Excluded from the statistics:" if not markdown else "**Excluded from the statistics:**", ""]
+    lines += [f"- {r.id}: {r.excluded}" for r in rows if r.excluded]
     lines.append("")
-    summ = _summary(rows)
-    if markdown:
-        lines += ["| engine | points | median abs error | max abs error | median signed error |",
-                  "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {k} | {n} | {100 * med:.1f} % | {100 * mx:.1f} % | {100 * sg:+.1f} % |" for k, n, med, mx, sg in summ]
-    else:
-        lines += [f"{k:13s} n={n:3d}  median |error| {100 * med:5.1f} %  max |error| {100 * mx:5.1f} %  "
-                  f"median signed {100 * sg:+5.1f} %" for k, n, med, mx, sg in summ]
+    lines += _render_summary(rows, markdown)
+    lines.append("")
+    lines.append(f"calibration: SUSTAINED_FRACTION = {cal.SUSTAINED_FRACTION:g}, STEP_OVERHEAD_SECONDS = "
+                 f"{cal.STEP_OVERHEAD_SECONDS:g} (held in: ids starting {', '.join(cal.HELD_IN_PREFIXES)})")
     lines.append(f"targets: median ≤ {100 * TARGET_MEDIAN:.0f} %, none worse than {100 * TARGET_MAX:.0f} %")
     return "\n".join(lines)
 
@@ -344,13 +532,20 @@ def render(rows: list[Row], markdown: bool, verbose: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--all", action="store_true", help="also the points whose configuration is incomplete")
-    ap.add_argument("--markdown", action="store_true", help="print the table in Markdown")
+    ap.add_argument("--markdown", action="store_true", help="print the tables in Markdown")
     ap.add_argument("--verbose", action="store_true", help="how each point was mapped and where its time goes")
+    ap.add_argument("--with-plans", action="store_true", help="also the planner's best plan per point (slower)")
+    ap.add_argument("--calibrate", action="store_true", help="re-fit the calibrated constants on the held-in points")
     ap.add_argument("--only", default="", help="points whose id contains this string")
     args = ap.parse_args(argv)
     points = [p for p in load_points() if args.only in p["id"] and (args.all or p.get("complete"))]
-    rows = [evaluate(p) for p in points]
-    print(render(rows, args.markdown, args.verbose))
+    if args.calibrate:
+        f, o, score = calibrate(load_points())
+        print(f"held-in best: SUSTAINED_FRACTION = {f:g}, STEP_OVERHEAD_SECONDS = {o:g} "
+              f"(held-in mean |ln ratio| {100 * score:.2f} %)")
+        return 0
+    rows = [evaluate(p, with_plans=args.with_plans) for p in points]
+    print(render(rows, args.markdown, args.verbose, args.with_plans))
     return 0
 
 

@@ -31,6 +31,13 @@ class Device:
     """0 where unknown: no wave quantization."""
     mamf_measured: bool
     """False where the MAMF figure is borrowed from a sibling or the default."""
+    sustained: float = 1.0
+    """Fraction of the isolated-kernel throughput tensor-core kernels sustain in a training step
+    (calibration.SUSTAINED_FRACTION)."""
+
+    def gemm_eff(self, kind: str) -> float:
+        """Fraction of the peak a large GEMM sustains in training: MAMF × sustained (``kind`` 16/fp8/fp32)."""
+        return (self.eff8 if kind == "fp8" else self.eff16) * self.sustained
 
 
 @lru_cache(maxsize=64)
@@ -45,12 +52,14 @@ def device_of(gpu: GPU) -> Device:
                           "cannot be modelled")
     sibling = cal.MAMF_BORROWED.get(gpu.name, gpu.name)
     eff16 = cal.MAMF_BF16.get(sibling, cal.DEFAULT_MAMF_BF16)
-    eff8 = cal.MAMF_FP8.get(sibling, eff16 * cal.MAMF_FP8["H100-SXM-80G"] / cal.MAMF_BF16["H100-SXM-80G"])
+    eff8 = cal.MAMF_FP8.get(gpu.name) or cal.MAMF_FP8.get(
+        sibling, eff16 * cal.MAMF_FP8["H100-SXM-80G"] / cal.MAMF_BF16["H100-SXM-80G"])
     return Device(
         name=gpu.name, arch=cal.arch_of(gpu.name), peak16_flops=gpu.bf16_tflops * 1e12,
         peak8_flops=(gpu.fp8_tflops or 0.0) * 1e12, peak32_flops=cal.FP32_TFLOPS.get(gpu.name, 0.0) * 1e12,
         eff16=eff16, eff8=eff8, hbm_bytes_per_s=gpu.hbm_gbps * 1e9 * cal.HBM_EFFICIENCY,
-        sms=cal.SM_COUNT.get(gpu.name, 0), mamf_measured=gpu.name in cal.MAMF_BF16)
+        sms=cal.SM_COUNT.get(gpu.name, 0), mamf_measured=gpu.name in cal.MAMF_BF16,
+        sustained=cal.SUSTAINED_FRACTION)
 
 
 def matmul_kind(precision: str, compute_bytes: int) -> str:

@@ -9,7 +9,8 @@ Kernels are modelled as eager-mode PyTorch runs them, in two styles:
 - ``hf`` — transformers modules (torch, fsdp2, deepspeed): HF LlamaRMSNorm is six kernels (upcast,
   pow, mean, rsqrt·x, downcast, ·weight), rotary embeddings five, SiLU·up two, plus autocast casts.
 
-No torch.compile (stated in the notes). Backward memory-bound ops are taken as twice the forward's
+No torch.compile (stated in the notes), except under torchao float8 (compiled: its pointwise ops are counted
+as fused). Backward memory-bound ops are taken as twice the forward's
 traffic (each reads its saved input and the output gradient and writes the input gradient).
 """
 
@@ -85,12 +86,12 @@ class Phase:
 
 
 def _peak(dev: Device, mm: str) -> tuple[float, float, float]:
-    """(peak FLOP/s, achievable fraction, input bytes) of a weight GEMM in this matmul kind."""
+    """(peak FLOP/s, fraction sustained in training, input bytes) of a weight GEMM in this matmul kind."""
     if mm == "fp8":
-        return dev.peak8_flops, dev.eff8, 1.0
+        return dev.peak8_flops, dev.gemm_eff("fp8"), 1.0
     if mm == "fp32":
-        return dev.peak32_flops, dev.eff16, 4.0
-    return dev.peak16_flops, dev.eff16, 2.0
+        return dev.peak32_flops, dev.gemm_eff("16"), 4.0
+    return dev.peak16_flops, dev.gemm_eff("16"), 2.0
 
 
 def _gemm(ctx: Ctx, m: int, n: int, k: int, fp8: bool, out_bytes: float | None = None) -> float:
@@ -157,7 +158,7 @@ def _attention_core(ctx: Ctx, dims: tuple[int, int, int, int, int | None, bool, 
     a, kv, d, dv, window, causal, dropout = dims
     heads = max(a // ctx.tp, 1)
     s, tokens = ctx.s, ctx.tokens
-    peak = ctx.dev.peak16_flops if ctx.mm != "fp32" else ctx.dev.peak32_flops
+    peak = (ctx.dev.peak16_flops if ctx.mm != "fp32" else ctx.dev.peak32_flops) * ctx.dev.sustained
     if ctx.attn != "eager":
         keys = attention_keys_per_query(s, causal, window)
         flops = 2.0 * tokens * keys * heads * (d + dv)
@@ -186,7 +187,9 @@ def _pointwise_bytes_per_token(ctx: Ctx, h: int, qk_width: int, o_width: int, ml
     residual adds, rotary embeddings on q and k, the activation, dropout, MoE permutation."""
     c, r, tp = ctx.c, ctx.r, ctx.tp
     hn = h / tp if ctx.sp else float(h)
-    if ctx.style == "fused":
+    if ctx.style == "fused" or ctx.fp8_recipe == "torchao":
+        # torchao float8 runs under torch.compile ("required for competitive performance", torchtitan
+        # components/quantization/float8.md), which fuses the norm, rotary and activation kernels like TE
         nbytes = 2 * 2 * c * hn + 2 * 3 * c * hn + (2 * c * qk_width / tp if rope else 0.0)
         nbytes += (3 if gated else 2) * c * mlp_width / tp
         kernels = 6 + (1 if rope else 0)

@@ -1,6 +1,11 @@
 """One optimizer step on the slowest rank: micro-batches × (forward + backward + recomputation + exposed
 TP/CP/EP communication) + pipeline bubble + pipeline sends + exposed data-parallel sync + offload +
-optimizer step.
+optimizer step (with the calibrated per-step host overhead).
+
+Exposed communication includes what hidden communication costs the compute it overlaps
+(trainmem.perf.overlap); Megatron with sequence parallelism overlaps its TP collectives
+(:func:`tp_comm_overlapped`). Tensor-core kernels run at the fraction of their isolated-kernel throughput
+sustained in training (calibration.SUSTAINED_FRACTION).
 
 Per-model and per-shape work (layer GEMM lists, per-layer seconds, rank parameter counts) is memoised,
 so a call with a known model and micro-batch shape is arithmetic on a few dozen numbers.
@@ -15,6 +20,7 @@ from trainmem.hardware.cluster import GPUGroup, Link
 from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes, sdpa_math_fallback
 from trainmem.memory.states import rank_params, stage_layers
 from trainmem.model.spec import ModelSpec
+from trainmem.perf import calibration as cal
 from trainmem.perf.collectives import allreduce_seconds, alltoall_seconds, p2p_seconds, span
 from trainmem.perf.device import Device, check_precision, device_of, matmul_kind
 from trainmem.perf.flops import (Linear, attention_forward_flops_per_token, head_linear, layer_linears,
@@ -23,6 +29,7 @@ from trainmem.perf.kernels import attention_kernel, pointwise_seconds
 from trainmem.perf.layer import Ctx, Phase, embedding_phase, fp8_cast_bytes_per_element, head_phase, layer_phase
 from trainmem.perf.notes import _NOTE, borrowed_mamf_note
 from trainmem.perf.optimizer import gpu_optimizer_bytes_per_param, gpu_optimizer_seconds, offload_seconds
+from trainmem.perf.overlap import chunked_overlap_seconds, contention_seconds
 from trainmem.perf.sync import SyncInputs, dp_sync_seconds
 from trainmem.setup import TrainingSetup
 
@@ -207,6 +214,28 @@ def _tp_factor(s: TrainingSetup) -> float:
     return 4.0 + extra
 
 
+def tp_comm_overlapped(s: TrainingSetup) -> bool:
+    """Megatron with sequence parallelism is taken to run ``--tp-comm-overlap`` (Transformer Engine
+    userbuffers), as the published Megatron-Core recipes do (Megatron-LM README "Communication
+    optimizations"; NeMo / Megatron-Bridge performance configs); Megatron refuses the flag without SP
+    (megatron/training/arguments.py: "Tensor parallel communication/GEMM overlap can happen only when
+    sequence parallelism is enabled"). Every other TP setup exposes its collectives."""
+    return s.engine == "megatron" and bool(s.sp) and s.tp > 1
+
+
+def _tp_seconds(s: TrainingSetup, one: float, ph: Phase) -> tuple[float, float]:
+    """(all, forward) exposed TP seconds of one layer per micro-batch; ``one`` = one all-reduce-sized
+    collective. Under --tp-comm-overlap each direction's collectives pipeline with that direction's GEMMs
+    in tp chunks (trainmem.perf.overlap.chunked_overlap_seconds)."""
+    n = _tp_factor(s)
+    if not tp_comm_overlapped(s):
+        return n * one, 2 * one
+    rec = ph.fwd_gemm if s.recompute == "full" else 0.0
+    fwd = chunked_overlap_seconds(2 * one, ph.fwd_gemm, s.tp)
+    bwd = chunked_overlap_seconds((n - 2) * one, ph.bwd_gemm + rec, s.tp)
+    return fwd + bwd, fwd
+
+
 def _comm_per_layer(spec: ModelSpec, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, ph: Phase,
                     moe: bool) -> tuple[float, float, float, float]:
     """(tp, cp, ep, forward share) exposed seconds of one layer per micro-batch."""
@@ -214,16 +243,15 @@ def _comm_per_layer(spec: ModelSpec, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, 
     tp_t = cp_t = ep_t = fwd = 0.0
     if s.tp > 1:
         one = allreduce_seconds(ctx.tokens * h * c, span(s.tp, 1, gpn), grp.intra, grp.inter)
-        tp_t = _tp_factor(s) * one
-        fwd += 2 * one
+        tp_t, fwd = _tp_seconds(s, one, ph)
     if s.cp > 1:
         kv_local = max(spec.num_kv_heads // s.tp, 1) * (spec.head_dim + spec.v_head_dim) * ctx.tokens * c
         sp_cp = span(s.cp, s.tp, gpn)
         link = grp.inter if sp_cp[2] > 1 else grp.intra
         step = p2p_seconds(kv_local, link)
         chunk_f, chunk_b = ph.core_attn / s.cp, (ph.bwd_attn) / s.cp
-        cp_f = (s.cp - 1) * max(0.0, step - chunk_f) + link.latency_s
-        cp_b = (s.cp - 1) * max(0.0, 2 * step - chunk_b) + link.latency_s
+        cp_f = (s.cp - 1) * (max(0.0, step - chunk_f) + contention_seconds(step, chunk_f)) + link.latency_s
+        cp_b = (s.cp - 1) * (max(0.0, 2 * step - chunk_b) + contention_seconds(2 * step, chunk_b)) + link.latency_s
         cp_t = cp_f * (2 if s.recompute == "full" else 1) + cp_b
         fwd += cp_f
     if moe and s.ep > 1:
@@ -347,6 +375,13 @@ def _owned_params(s: TrainingSetup, e: _Entry) -> float:
     return (dense + edge) / dp + experts / max(dp // max(s.ep, 1), 1)
 
 
+def step_overhead_seconds() -> float:
+    """Host-side seconds per optimizer step outside the micro-batches (data loading, the loss and
+    gradient-norm host syncs, logging, the optimizer's kernel launches): calibration.STEP_OVERHEAD_SECONDS,
+    calibrated on the held-in published points; charged to ``breakdown["optimizer"]``."""
+    return cal.STEP_OVERHEAD_SECONDS
+
+
 def _optimizer_and_offload(s: TrainingSetup, e: _Entry, dp_exposed: float) -> tuple[float, float]:
     """(GPU optimizer seconds, exposed offload seconds) per step; host copies hide under each micro-batch's
     compute and exposed DP communication (``dp_exposed`` per step)."""
@@ -357,9 +392,9 @@ def _optimizer_and_offload(s: TrainingSetup, e: _Entry, dp_exposed: float) -> tu
         window = st.total + dp_exposed / s.grad_accum
         off = offload_seconds(s.engine, s.offload, owned, grp.host.effective_gbps * 1e9,
                               min(grp.gpus_per_node, s.gpus), s.grad_accum, window, s.zero or 0)
-        return 0.0, off
+        return step_overhead_seconds(), off
     per = gpu_optimizer_bytes_per_param(s.engine, s.optimizer, e.state, s.zero or 0)
-    return gpu_optimizer_seconds(owned, per, e.ctx.dev.hbm_bytes_per_s), 0.0
+    return step_overhead_seconds() + gpu_optimizer_seconds(owned, per, e.ctx.dev.hbm_bytes_per_s), 0.0
 
 
 def _pp_comm(s: TrainingSetup, e: _Entry) -> float:
@@ -381,22 +416,26 @@ def _pp_comm(s: TrainingSetup, e: _Entry) -> float:
 
 
 def _notes(s: TrainingSetup, e: _Entry) -> tuple[str, ...]:
-    key = (s.offload != "none", s.fsdp_applied)
+    key = (s.offload != "none", s.fsdp_applied, s.gpus > 1)
     hit = e.notes.get(key)
     if hit is None:
         ctx, m = e.ctx, e.m
         hit = e.notes[key] = _notes_cached(
             s.engine, s.recompute, s.tp > 1, s.cp > 1, s.ep > 1, bool(m.moe_layers), s.pp > 1, ctx.attn, ctx.style,
-            ctx.fp8_recipe, ctx.amp, key[0], s.is_lora, s.qlora, ctx.dev.name, ctx.dev.mamf_measured, key[1])
+            ctx.fp8_recipe, ctx.amp, key[0], s.is_lora, s.qlora, ctx.dev.name, ctx.dev.mamf_measured, key[1],
+            tp_comm_overlapped(s), key[2])
     return hit
 
 
 @lru_cache(maxsize=4096)
 def _notes_cached(engine: str, recompute: str, tp: bool, cp: bool, ep: bool, moe: bool, pp: bool, attn: str,
                   style: str, fp8: str, amp: bool, offload: bool, lora: bool, qlora: bool, gpu: str,
-                  measured: bool, fsdp: bool) -> tuple[str, ...]:
-    keys = ["kernels", style, "fa2" if attn == "fa2-hopper" else attn, "placement"]
-    keys += [k for k, on in (("tp", tp), ("cp", cp), ("ep", ep), ("moe", moe), ("bubble", pp), ("pp", pp),
+                  measured: bool, fsdp: bool, tp_overlap: bool = False, multi: bool = True) -> tuple[str, ...]:
+    keys = ["kernels", style, "fa2" if attn == "fa2-hopper" else attn, "placement", "step"]
+    if multi:
+        keys.append("contention")
+    keys += [k for k, on in (("tp-overlap" if tp_overlap else "tp", tp), ("cp", cp), ("ep", ep), ("moe", moe),
+                             ("bubble", pp), ("pp", pp),
                              ("amp", amp), ("lora", lora), ("qlora", qlora), ("offload", offload)) if on]
     if recompute == "full":
         keys.append("full")
@@ -441,6 +480,16 @@ def _assemble(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> StepTime:
     tps = tokens / total
     gpus = s.gpus
     return StepTime(total, tokens, tps, tps / gpus, flops / (total * gpus * e.peak), flops, mb, parts, _notes(s, e))
+
+
+def reset_caches() -> None:
+    """Forget every memoised model, phase, stage and device (after changing a calibration constant)."""
+    from trainmem.perf.kernels import gemm_seconds
+    for cache in (_MODELS, _PHASES, _RANKS, _ENTRIES):
+        cache.clear()
+    device_of.cache_clear()
+    gemm_seconds.cache_clear()
+    _notes_cached.cache_clear()
 
 
 def step_time(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup) -> StepTime:

@@ -25,7 +25,8 @@ and what it overlaps with.
   first pipeline stage's reduction is on the critical path (Megatron turns bucketing off on the others).
 
 Dense parameters sync over dp·cp ranks (stride tp); routed experts over the expert-data-parallel group
-dp·cp/ep (stride tp·ep).
+dp·cp/ep (stride tp·ep). Hidden traffic slows the compute it overlaps (trainmem.perf.overlap: 18.9 %, Lee
+et al. 2025); that extra time is part of the exposed seconds returned here.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 
 from trainmem.hardware.cluster import Link
 from trainmem.perf.collectives import allgather_affine, allreduce_affine, net_of, span
+from trainmem.perf.overlap import contention_seconds, overlapped_seconds
 
 __all__ = ["SyncInputs", "dp_sync_seconds", "DDP_BUCKET_BYTES", "megatron_bucket_params"]
 
@@ -96,9 +98,7 @@ def _t(coef: tuple[float, float], nbytes: float) -> float:
     return coef[0] * nbytes + coef[1] if nbytes > 0 else 0.0
 
 
-def _overlapped(comm: float, compute: float, tail: float) -> float:
-    """Comm launched during ``compute``: exposed beyond it, plus the part that cannot start early."""
-    return max(0.0, comm - compute) + tail
+_overlapped = overlapped_seconds
 
 
 def _unit_overlap(x: SyncInputs, nt: _Net, gather_bwd: bool, reduce: bool) -> tuple[float, float]:
@@ -111,8 +111,9 @@ def _unit_overlap(x: SyncInputs, nt: _Net, gather_bwd: bool, reduce: bool) -> tu
     edge_ag = _t(nt.ag, x.param_bytes * x.edge_params)
     edge_rs = _t(nt.ag, x.grad_bytes * x.edge_params) if reduce else 0.0
     f_unit, b_unit = x.fwd_mb / units, x.bwd_mb / units
-    fwd = edge_ag + ag + (units - 1) * max(0.0, ag - f_unit)
-    bwd = units * max(0.0, (ag if gather_bwd else 0.0) + rs - b_unit) + max(edge_rs, rs)
+    b_comm = (ag if gather_bwd else 0.0) + rs
+    fwd = edge_ag + ag + (units - 1) * (max(0.0, ag - f_unit) + contention_seconds(ag, f_unit))
+    bwd = units * (max(0.0, b_comm - b_unit) + contention_seconds(b_comm, b_unit)) + max(edge_rs, rs)
     return fwd, bwd
 
 
