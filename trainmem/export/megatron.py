@@ -163,7 +163,10 @@ def _parallel_args(spec: ModelSpec, setup: TrainingSetup) -> list[list[object]]:
     if s.ep > 1:
         args.append(["--expert-model-parallel-size", s.ep, "--expert-tensor-parallel-size", s.tp])
     if s.sp:
-        args.append(["--sequence-parallel"])
+        # TP communication overlapped with the GEMMs (Transformer Engine userbuffers), as the published
+        # Megatron-Core recipes run it and as trainmem.perf assumes (perf/step.py tp_comm_overlapped);
+        # Megatron accepts it only with sequence parallelism.
+        args.append(["--sequence-parallel", "--tp-comm-overlap"])
     if s.zero == 1:
         args.append(["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"])
     else:
