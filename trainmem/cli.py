@@ -21,7 +21,7 @@ from trainmem.errors import TrainmemError
 # Plain click help (rich_markup_mode=None): it wraps long option lists instead of cutting them with "…".
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Per-GPU memory of one training step: estimate, trace, explain, plan, compare.")
+                  help="Per-GPU memory of one training step: estimate, trace, explain, plan, compare, doctor.")
 
 
 def _version(value: bool) -> None:
@@ -147,12 +147,9 @@ from trainmem.plan_cli import register as _register_plan  # noqa: E402
 
 _register_plan(app)
 
-try:  # `trainmem doctor` (trainmem/doctor_cli.py), registered when present
-    from trainmem.doctor_cli import register as _register_doctor  # noqa: E402
-except ImportError:  # pragma: no cover - the doctor is being built
-    _register_doctor = None
-if _register_doctor is not None:
-    _register_doctor(app)
+from trainmem.doctor_cli import register as _register_doctor  # noqa: E402
+
+_register_doctor(app)
 
 
 def _argv_lang(argv: list[str]) -> str:

@@ -47,6 +47,7 @@ def techniques(s: TrainingSetup) -> Iterator[Option]:
         if s.recompute != r and not (r == "selective" and s.engine == "deepspeed"):  # HF: whole layers only
             yield Option(f"{r} recompute", {"recompute": r})
     yield from _sharding(s)
+    yield from _optimizer(s)
     yield from _offload(s)
     yield from _model_parallel(s)
 
@@ -56,6 +57,11 @@ def _sharding(s: TrainingSetup) -> Iterator[Option]:
         for z in (1, 2, 3):
             if z != s.zero:
                 yield Option(f"ZeRO-{z}", {"zero": z})
+    elif s.engine == "torch" and s.gpus == 1:
+        # one GPU: what still moves memory off it (ZeRO-Offload runs at world size 1)
+        prec = engine_precision("deepspeed", "fp32" if s.precision == "fp32" else s.precision.split("-")[-1])
+        yield Option("optimizer offload (ZeRO-Offload)",
+                     {"engine": "deepspeed", "zero": 2, "offload": "optimizer", "precision": prec})
     elif s.engine == "torch" and s.gpus > 1:
         prec = engine_precision("deepspeed", "fp32" if s.precision == "fp32" else s.precision.split("-")[-1])
         for z in (1, 2, 3):
@@ -66,6 +72,11 @@ def _sharding(s: TrainingSetup) -> Iterator[Option]:
         yield Option("FSDP2 reshard after forward (ZeRO-3)", {"zero": 3})
     elif s.engine == "megatron" and s.zero == 0 and s.dp > 1:
         yield Option("distributed optimizer (ZeRO-1)", {"zero": 1})
+
+
+def _optimizer(s: TrainingSetup) -> Iterator[Option]:
+    if s.optimizer in ("adamw", "adam") and s.engine in ("torch", "fsdp2") and s.offload == "none":
+        yield Option("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"})
 
 
 def _offload(s: TrainingSetup) -> Iterator[Option]:

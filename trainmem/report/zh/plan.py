@@ -33,6 +33,7 @@ EXACT: dict[str, str] = {
     "optimizer + parameter offload (ZeRO-3 Offload)": "优化器 + 参数卸载（ZeRO-3 Offload）",
     "CPU offload (FSDP2 CPUOffloadPolicy)": "CPU 卸载（FSDP2 CPUOffloadPolicy）",
     "optimizer CPU offload": "优化器 CPU 卸载",
+    "8-bit AdamW (bitsandbytes)": "8 位 AdamW（bitsandbytes）",
 }
 
 PATTERNS: list[tuple[str, str]] = [

@@ -1,0 +1,561 @@
+"""The doctor's rules: one small function per cause, evidence + estimate in, a :class:`Finding` or None out.
+
+Each rule covers a row of the seed article's OOM checklist (§5.2) or a cause practitioners report, and writes
+its evidence as sentences that put the observed bytes next to the expected ones (GiB = 2^30 B).
+
+**Likelihood.** Each finding carries a likelihood in [0, 1], set by the kind of evidence, and findings are
+listed most likely first (ties: more bytes observed first):
+
+* 0.85–0.97 — direct evidence: the traceback's phase names the cause (an OOM while loading the model, in a
+  DataLoader thread), a statistical test (the leak's Mann–Kendall p < 1e-3), processes of other ranks named by
+  PID on one GPU, a request larger than the whole GPU;
+* 0.55–0.9 — a quantitative signature, scaled by how much of the observation it explains: reserved-but-
+  unallocated bytes that cover the request (more, the larger they are against what is allocated), a baseline
+  that exceeds the estimate by 2 or 4 B per parameter (closer, likelier), another process whose memory would
+  have made room;
+* 0.4–0.75 — circumstantial: the estimate predicts the overflow with no observation of it, an OOM in a forward
+  the estimate says fits, evaluation frames without ``no_grad`` on the stack, a perf model that puts a large
+  share of the step in offload traffic.
+
+``none`` is returned alone when no rule fires, with what was checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from statistics import median
+
+from trainmem.doctor.case import Evidence, Expected, Finding, Fix, baseline, capacity_bytes, observed_peak
+from trainmem.doctor.fixes import EXPANDABLE, memory_fixes, speed_fixes
+from trainmem.doctor.leak import leak_test
+from trainmem.memory.overhead import CUDA_CONTEXT_BYTES
+from trainmem.units import GiB, MiB, fmt_bytes
+
+__all__ = ["RULES", "diagnose", "LEAK_ACTION", "DUPLICATE_ACTION", "EVAL_ACTION", "DATALOADER_ACTION",
+           "SET_DEVICE_ACTION"]
+
+LEAK_ACTION = "keep no tensors across steps: log loss.item(), store .detach().cpu() copies, keep metrics on the CPU"
+DUPLICATE_ACTION = ("free the duplicate weights: load in the training dtype (torch_dtype=torch.bfloat16) and del "
+                    "the fp32 model or state_dict; keep EMA copies on the CPU")
+EVAL_ACTION = "wrap evaluation in torch.no_grad() (or torch.inference_mode())"
+DATALOADER_ACTION = ("move batches to the GPU in the main process (pin_memory=True, .to(device, non_blocking=True)); "
+                     "no CUDA in DataLoader workers or collate_fn")
+SET_DEVICE_ACTION = ("call torch.cuda.set_device(local_rank) before any CUDA work; torch.load(..., "
+                     "map_location='cpu')")
+
+g = fmt_bytes
+
+
+def _where_sentence(ev: Evidence) -> str | None:
+    w = ev.where
+    if w is None or w.phase == "unknown":
+        return None
+    loc = w.location or "?"
+    if w.phase == "forward":
+        return f"raised in the forward of {w.module} ({loc})" if w.module else f"raised in the forward ({loc})"
+    return {"model_load": f"raised while loading the model ({loc})", "loss": f"raised in the loss ({loc})",
+            "backward": f"raised in the backward ({loc})", "optimizer_step": f"raised in the optimizer step ({loc})",
+            "dataloader": f"raised in the DataLoader ({loc})"}[w.phase]
+
+
+def _oom_sentences(ev: Evidence) -> list[str]:
+    o = ev.oom
+    if o is None or o.tried_bytes is None:
+        return []
+    out = [f"the OOM asked for {g(o.tried_bytes)} with {g(o.free_bytes)} free of {g(o.total_bytes)}"
+           if o.free_bytes is not None and o.total_bytes is not None else f"the OOM asked for {g(o.tried_bytes)}"]
+    if o.allocated_bytes is not None and o.unallocated_bytes is not None:
+        out.append(f"PyTorch held {g(o.allocated_bytes)} allocated and {g(o.unallocated_bytes)} reserved but "
+                   "unallocated")
+    return out
+
+
+def _needed(ev: Evidence) -> int | None:
+    o = ev.oom
+    if o is None or o.tried_bytes is None or o.allocated_bytes is None:
+        return None
+    return o.allocated_bytes + o.tried_bytes
+
+
+def _usable(cap: int, exp: Expected | None) -> int:
+    """What the allocator can get of ``cap``: less the CUDA context and NCCL the estimate counts."""
+    e = exp.estimate if exp is not None else None
+    return cap - (e.device_total_bytes - e.peak_reserved_bytes if e is not None else CUDA_CONTEXT_BYTES)
+
+
+def _est_sentence(exp: Expected, cap: int | None) -> str:
+    e, s = exp.estimate, exp.setup
+    on = f" on a {g(cap)} GPU" if cap else ""
+    return (f"estimate ({s.engine}, {s.precision}, micro-batch {s.micro_batch} × {s.seq_len} tokens, {s.gpus} GPU): "
+            f"peak {g(e.peak_allocated_bytes)} in {e.peak_phase}, model states {g(e.static_bytes)}, activations "
+            f"{g(e.breakdown_at_peak_bytes.get('activations', 0))} at the peak{on}")
+
+
+def _fixes(exp: Expected | None, static_only: bool = False) -> tuple[Fix, ...]:
+    return tuple(memory_fixes(exp, static_only=static_only)) if exp is not None else ()
+
+
+def static_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """Parameters + gradients + optimizer states do not fit (article: OOM right at load → ZeRO-2/3, offload)."""
+    w, cap, e = ev.where, capacity_bytes(ev, exp), (exp.estimate if exp else None)
+    at_load = w is not None and w.phase == "model_load"
+    at_opt = w is not None and w.phase == "optimizer_step"
+    too_big = e is not None and cap is not None and e.static_bytes > _usable(cap, exp)
+    opt_peak = e is not None and cap is not None and e.peak_phase == "optimizer step" and e.peak_allocated_bytes > cap
+    if not (at_load or too_big or (at_opt and (e is None or opt_peak))):
+        return None
+    sentences = [s for s in (_where_sentence(ev), *_oom_sentences(ev)) if s]
+    if e is not None:
+        sentences.append(f"estimate: model states (parameters, gradients, optimizer states) {g(e.static_bytes)} "
+                         f"between steps against {g(_usable(cap, exp))} usable" if cap else
+                         f"estimate: model states {g(e.static_bytes)} between steps")
+        if at_load and not too_big:
+            sentences.append("the model states fit: loading needs more than training holds (load in the training "
+                             "dtype, torch_dtype=torch.bfloat16, straight to the GPU) or another process holds memory")
+    else:
+        sentences.append("no estimate: give MODEL and its flags to size the model states")
+    like = 0.95 if (at_load and (too_big or e is None)) else 0.8 if at_load else 0.9 if (too_big and ev.oom) else \
+        0.7
+    fixes = _fixes(exp, static_only=True)
+    if exp is not None and not fixes:
+        sentences.append(f"no sharding or offload option applies to the {exp.setup.engine} engine on "
+                         f"{exp.setup.gpus} GPU (trainmem compare)")
+    return Finding("static_overflow", tuple(sentences), e.static_bytes if e else None, _needed(ev) or (
+        baseline(ev.log) if ev.log else None), fixes, like)
+
+
+def _max_gpu_bytes() -> int:
+    from trainmem.hardware import list_gpus
+    return max(x.memory_bytes for x in list_gpus())
+
+
+def activation_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """The step's dynamic memory overflows (article: OOM when the batch grows → recompute, accumulation)."""
+    w, o, cap, e = ev.where, ev.oom, capacity_bytes(ev, exp), (exp.estimate if exp else None)
+    dyn = w is not None and w.phase in ("forward", "loss", "backward")
+    shape_bug = o is not None and o.tried_bytes is not None and o.tried_bytes > (cap or _max_gpu_bytes())
+    pred = e is not None and cap is not None and e.static_bytes <= _usable(cap, exp) < e.peak_reserved_bytes
+    unexplained = o is not None and (w is None or w.phase == "unknown")
+    if not (dyn or shape_bug or pred or unexplained):
+        return None
+    sentences = [s for s in (_where_sentence(ev), *_oom_sentences(ev)) if s]
+    if shape_bug:
+        sentences.append(f"a single {g(o.tried_bytes)} tensor is larger than the whole GPU: a shape bug, not a "
+                         "memory setting (run micro-batch 1 with a short sequence first)")
+        return Finding("activation_overflow", tuple(sentences), e.peak_allocated_bytes if e else None,
+                       o.tried_bytes, (), 0.97)
+    static_big = e is not None and cap is not None and e.static_bytes > _usable(cap, exp)
+    if e is not None:
+        sentences.append(_est_sentence(exp, cap))
+        if cap is not None and e.device_total_bytes <= cap and (dyn or unexplained):
+            sentences.append(f"the estimate fits ({g(e.device_total_bytes)} with CUDA context and NCCL): the run "
+                             "uses more than its flags describe (check --micro-batch, --seq-len, --recompute)")
+    if unexplained and not dyn:
+        sentences += _unexplained_sentences(o, cap)
+    full = o is not None and o.allocated_bytes is not None and cap is not None and o.allocated_bytes >= 0.8 * cap
+    like = 0.9 if (dyn and pred) else 0.75 if (dyn and e is None) else 0.7 if pred else \
+        0.5 if static_big else 0.55 if (dyn or full) else 0.45
+    return Finding("activation_overflow", tuple(sentences), e.peak_allocated_bytes if e else None,
+                   _needed(ev) or observed_peak(ev), _fixes(exp), like)
+
+
+def _unexplained_sentences(o, cap: int | None) -> list[str]:  # noqa: ANN001
+    """What an OOM without a phase still says: a request the driver had room for, or a very large one."""
+    out = ["the traceback does not say where it was raised (give the whole traceback with --error)"]
+    if o.tried_bytes is not None and o.free_bytes is not None and o.free_bytes >= o.tried_bytes:
+        out.append(f"the driver reported {g(o.free_bytes)} free, more than the {g(o.tried_bytes)} requested: the memory "
+                   "was taken meanwhile (another process) or this process may use less (a memory fraction, MIG)")
+    if o.tried_bytes is not None and cap and o.tried_bytes >= 0.5 * cap:
+        out.append(f"one request of {g(o.tried_bytes)} is {o.tried_bytes / cap:.0%} of the GPU: check the tensor shapes "
+                   "(attention scores or logits of a long sequence)")
+    return out
+
+
+def leak(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """Allocated memory grows across steps (article: fine at first, OOM after many steps)."""
+    if ev.log is None:
+        return None
+    best = None
+    for r in ev.log.ranks:
+        recs = ev.log.by_rank(r)
+        t = leak_test([x.step for x in recs], [x.allocated_bytes for x in recs])
+        if t.leaking and (best is None or t.slope_bytes_per_step > best[1].slope_bytes_per_step):
+            best = (r, t)
+    if best is None:
+        return None
+    r, t = best
+    sentences = [f"allocated after each step grows by {fmt_bytes(int(t.slope_bytes_per_step))}/step over steps "
+                 f"{t.first_step}–{t.last_step} on rank {r} (Theil–Sen; Mann–Kendall p = {t.p_value:.1e}), "
+                 f"{fmt_bytes(t.growth_bytes)} in all"]
+    cap = capacity_bytes(ev, exp)
+    peak = max((x.peak_allocated_bytes or x.allocated_bytes) for x in ev.log.by_rank(r))
+    if cap and t.slope_bytes_per_step > 0 and cap > peak:
+        sentences.append(f"at this rate the {g(cap)} GPU is full in about {int((cap - peak) / t.slope_bytes_per_step):,} "
+                         "more steps")
+    if exp is not None:
+        sentences.append(f"the estimate keeps {g(exp.estimate.static_bytes)} between steps, flat")
+    ended = bool(ev.log.ooms) or ev.oom is not None
+    if ended:
+        sentences.append("the run ended in an OOM")
+    return Finding("leak", tuple(sentences), t.start_bytes, t.end_bytes,
+                   (Fix(LEAK_ACTION, max(0, t.growth_bytes), 0.0),), 0.95 if ended else 0.9)
+
+
+def _frag_from_oom(ev: Evidence, cap: int | None) -> tuple[float, int, str] | None:
+    o = ev.oom
+    if o is None or o.unallocated_bytes is None or o.tried_bytes is None or o.unallocated_bytes < 64 * MiB:
+        return None
+    u, t = o.unallocated_bytes, o.tried_bytes
+    if u >= t:
+        like = 0.4 + 0.55 * min(1.0, u / max(1, 0.25 * (o.allocated_bytes or u)))
+        return like, u, (f"{g(u)} reserved but unallocated ≥ the {g(t)} requested: the cache held the bytes, not in "
+                         "one block")
+    if cap and u >= 0.1 * cap:
+        return 0.5, u, f"{g(u)} reserved but unallocated, {u / cap:.0%} of the GPU"
+    return None
+
+
+def _frag_from_snapshot(ev: Evidence) -> tuple[float, int, str] | None:
+    s = ev.snapshot
+    if s is None or s.stranded_bytes < max(256 * MiB, 0.1 * s.reserved_bytes):
+        return None
+    req = s.oom_request_bytes
+    blocked = req is not None and s.largest_inactive_bytes < req <= s.stranded_bytes
+    return (0.85 if blocked else 0.6), s.stranded_bytes, (
+        f"snapshot: {g(s.stranded_bytes)} free inside partly used segments of {g(s.reserved_bytes)} reserved; "
+        f"largest free block {g(s.largest_inactive_bytes)}")
+
+
+def _frag_from_log(ev: Evidence, exp: Expected | None, cap: int | None) -> tuple[float, int, str] | None:
+    if ev.log is None:
+        return None
+    gaps = [(r.peak_reserved_bytes or r.reserved_bytes or 0) - (r.peak_allocated_bytes or r.allocated_bytes)
+            for r in ev.log.records if (r.peak_reserved_bytes or r.reserved_bytes)]
+    if not gaps:
+        return None
+    o = int(median(sorted(gaps)[len(gaps) // 2:]))  # the upper half: the steps where the cache is widest
+    e = exp.estimate.peak_reserved_bytes - exp.estimate.peak_allocated_bytes if exp else 0
+    if o - e < max(1 * GiB, 0.1 * (cap or 0)):
+        return None
+    return 0.6, o, f"per-step log: reserved − allocated reaches {g(o)} (estimate {g(e)})"
+
+
+def fragmentation(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """Reserved − allocated large (→ expandable segments), from the OOM message, a snapshot or a log."""
+    cap = capacity_bytes(ev, exp)
+    hits = [h for h in (_frag_from_oom(ev, cap), _frag_from_snapshot(ev), _frag_from_log(ev, exp, cap)) if h]
+    if not hits:
+        return None
+    like, observed, _ = max(hits)
+    expected = exp.estimate.peak_reserved_bytes - exp.estimate.peak_allocated_bytes if exp else None
+    sentences = [h[2] for h in sorted(hits, reverse=True)]
+    if expected is not None:
+        sentences.append(f"the estimate expects {g(expected)} of allocator slack at the peak")
+    already = ev.snapshot is not None and ev.snapshot.expandable
+    fixes = () if already else (Fix(EXPANDABLE, max(0, observed - (expected or 0)), 0.0),)
+    if already:
+        sentences.append("expandable segments are already on")
+    return Finding("fragmentation", tuple(sentences), expected, observed, fixes, like)
+
+
+def _local_params(exp: Expected) -> int:
+    from trainmem.memory.states import rank_params
+    s = exp.setup
+    n = rank_params(exp.spec, s, exp.estimate.stage).total
+    sharded = (s.engine == "deepspeed" and s.zero == 3) or (s.engine == "fsdp2" and s.fsdp_applied)
+    return n // (s.fsdp_shard_degree if s.engine == "fsdp2" else s.dp) if sharded else n
+
+
+def duplicate_fp32_copy(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """The baseline exceeds the estimate by 4 (or 2) B per parameter: a second copy of the weights."""
+    if exp is None or ev.log is None:
+        return None
+    base = baseline(ev.log)
+    p = _local_params(exp)
+    if base is None or p <= 0:
+        return None
+    excess = base - exp.estimate.static_bytes
+    for k, what in ((4, "an fp32 copy of the weights"), (2, "a 16-bit copy of the weights")):
+        ratio = excess / (k * p)
+        if 0.85 <= ratio <= 1.2:
+            sentences = (f"between steps {g(base)} allocated against {g(exp.estimate.static_bytes)} estimated: "
+                         f"{g(excess)} more, {ratio * k:.2f} B × {p:,} parameters ({what})",)
+            return Finding("duplicate_fp32_copy", sentences, exp.estimate.static_bytes, base,
+                           (Fix(DUPLICATE_ACTION, excess, 0.0),), 0.85 - abs(ratio - 1.0))
+    return None
+
+
+def _eval_from_log(ev: Evidence, exp: Expected | None) -> tuple[float, int, int, str] | None:
+    log = ev.log
+    if log is None:
+        return None
+    train = [r for r in log.records if r.phase == "train"]
+    evals = [r for r in log.records if r.phase == "eval"]
+    base = baseline(log)
+    if not train or not evals or base is None:
+        return None
+    peak = lambda rs: max(r.peak_allocated_bytes or r.allocated_bytes for r in rs)  # noqa: E731
+    extra_t, extra_e = peak(train) - base, peak(evals) - base
+    if extra_t <= 0 or extra_e < 0.4 * extra_t:
+        return None
+    expected = exp.estimate.activation_bytes_per_layer if exp else 0
+    return 0.8, extra_e, expected, (f"evaluation steps peak {g(extra_e)} above the between-step baseline, "
+                                    f"{extra_e / extra_t:.0%} of the training step's {g(extra_t)}: activations are "
+                                    "kept for a backward that never comes")
+
+
+def eval_without_no_grad(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """Evaluation keeps activations (no ``torch.no_grad()``): from a log's eval steps, a snapshot, the frames."""
+    hit = _eval_from_log(ev, exp)
+    s, w = ev.snapshot, ev.where
+    layer = exp.estimate.activation_bytes_per_layer if exp else 0
+    if hit is None and s is not None and s.eval_activation_bytes >= max(256 * MiB, 2 * layer):
+        hit = (0.75, s.eval_activation_bytes, layer,
+               f"snapshot: {g(s.eval_activation_bytes)} of activations alive under an evaluation function")
+    if hit is None and w is not None and w.in_eval and not w.no_grad and w.phase in ("forward", "loss"):
+        hit = (0.55, _needed(ev) or 0, layer, f"raised in an evaluation forward ({w.location}) with no "
+                                               "no_grad/inference_mode decorator on the stack")
+    if hit is None:
+        return None
+    like, observed, expected, sentence = hit
+    return Finding("eval_without_no_grad", (sentence,), expected or None, observed or None,
+                   (Fix(EVAL_ACTION, max(0, observed - expected), 0.0),), like)
+
+
+def dataloader_memory(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """The data path holds GPU memory (article: dataloader workers and pin_memory holding the GPU)."""
+    w, s = ev.where, ev.snapshot
+    if w is not None and w.phase == "dataloader":
+        sentences = (f"raised in the DataLoader ({w.location}): batches are put on the GPU in a loader thread or "
+                     "worker",)
+        return Finding("dataloader_memory", sentences, None, _needed(ev),
+                       (Fix(DATALOADER_ACTION, (ev.oom.tried_bytes if ev.oom else None) or 0, 0.0),), 0.85)
+    if s is not None and s.by_category.get("dataloader", 0) >= 256 * MiB:
+        b = s.by_category["dataloader"]
+        return Finding("dataloader_memory", (f"snapshot: {g(b)} allocated from torch.utils.data frames",), None, b,
+                       (Fix(DATALOADER_ACTION, b, 0.0),), 0.6)
+    return None
+
+
+def _foreign_contexts(ev: Evidence) -> list[tuple[int, list]]:
+    """(gpu, processes) where processes that are the main process of another GPU sit (other ranks' contexts)."""
+    smi = ev.nvsmi
+    if smi is None:
+        return []
+    gpus = sorted({p.gpu for p in smi.processes if p.gpu is not None})
+    main = {gi: max(smi.on_gpu(gi), key=lambda p: p.used_bytes).pid for gi in gpus}
+    out = []
+    for gi in gpus:
+        foreign = [p for p in smi.on_gpu(gi) if p.pid != main[gi] and p.pid in main.values() and p.used_bytes > 0]
+        if sum(p.used_bytes for p in foreign) >= 256 * MiB:
+            out.append((gi, foreign))
+    return out
+
+
+def _sibling_contexts(ev: Evidence) -> list[tuple[int, list]]:
+    """(gpu, processes): two or more small, equal processes of the main process's program on one GPU —
+    CUDA contexts that other ranks (or DataLoader workers) made on it (pytorch/pytorch#49481)."""
+    smi = ev.nvsmi
+    if smi is None:
+        return []
+    out = []
+    for gi in sorted({p.gpu for p in smi.processes if p.gpu is not None}):
+        procs = sorted(smi.on_gpu(gi), key=lambda p: -p.used_bytes)
+        sibs = [p for p in procs[1:] if p.name == procs[0].name and 0 < p.used_bytes <= 2 * GiB]
+        if len(sibs) >= 2 and max(p.used_bytes for p in sibs) <= 1.1 * min(p.used_bytes for p in sibs) \
+                and sum(p.used_bytes for p in sibs) >= 256 * MiB:
+            out.append((gi, sibs))
+    return out
+
+
+def _spread_floor(others: list[int]) -> float:
+    """How much more than the others' median one rank must hold: 5 % of it, four robust standard deviations of
+    the others (ranks doing the same work differ by noise only), and at least 1 GiB (a quarter of the median,
+    for small runs)."""
+    mid = median(others)
+    mad = median([abs(v - mid) for v in others])
+    return max(min(1 * GiB, 0.25 * mid), 0.05 * mid, 4 * 1.4826 * mad)
+
+
+def _imbalance_from_log(ev: Evidence) -> tuple[str, int, int] | None:
+    log = ev.log
+    if log is None or len(log.ranks) < 2:
+        return None
+    peaks = {r: max((x.peak_allocated_bytes or x.allocated_bytes) for x in log.by_rank(r, None)) for r in log.ranks}
+    top = max(peaks, key=peaks.get)
+    rest = [v for r, v in peaks.items() if r != top]
+    others = median(rest)
+    if peaks[top] - others < _spread_floor(rest):
+        return None
+    return f"rank {top}", peaks[top], int(others)
+
+
+def _imbalance_from_smi(ev: Evidence) -> tuple[str, int, int] | None:
+    """Per-GPU use (the largest process of each GPU when processes are listed: others are other_process's)."""
+    smi = ev.nvsmi
+    if smi is None:
+        return None
+    used = {x.index: x.used_bytes for x in smi.gpus}
+    for gi in {p.gpu for p in smi.processes if p.gpu is not None}:
+        used[gi] = max(p.used_bytes for p in smi.on_gpu(gi))
+    used = {k: v for k, v in used.items() if v >= 1 * GiB}
+    if len(used) < 2:
+        return None
+    top = max(used, key=used.get)
+    rest = [v for k, v in used.items() if k != top]
+    others = median(rest)
+    if used[top] - others < _spread_floor(rest):
+        return None
+    return f"GPU {top}", used[top], int(others)
+
+
+def rank_imbalance(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """One rank much higher than the others (article: parallel config, duplicated data caches)."""
+    foreign = _foreign_contexts(ev)
+    ctx = foreign or _sibling_contexts(ev)
+    if ctx:
+        gi, procs = max(ctx, key=lambda c: sum(p.used_bytes for p in c[1]))
+        total = sum(p.used_bytes for p in procs)
+        each = g(int(median(p.used_bytes for p in procs)))
+        sentence = (f"GPU {gi} holds {len(procs)} processes of other ranks ({g(total)} in all, {each} each): each "
+                    f"rank made a CUDA context on GPU {gi}" if foreign else
+                    f"GPU {gi} holds {len(procs)} more processes of the same program ({each} each, {g(total)} in "
+                    "all): CUDA contexts of the other ranks (or of DataLoader workers)")
+        return Finding("rank_imbalance", (sentence,), 0, total, (Fix(SET_DEVICE_ACTION, total, 0.0),),
+                       0.9 if foreign else 0.7)
+    hit = _imbalance_from_log(ev) or _imbalance_from_smi(ev)
+    if hit is None:
+        return None
+    who, top, others = hit
+    verb = "peaks at" if who.startswith("rank") else "uses"
+    sentences = [f"{who} {verb} {g(top)}, the others {g(others)} (median): {g(top - others)} more"]
+    like = 0.75 if who.startswith("rank") else 0.6
+    if exp is not None and exp.setup.pp > 1:
+        sentences.append(f"with pp={exp.setup.pp} the pipeline stages hold different activations (1F1B): some "
+                         "spread is expected")
+        like = 0.5
+    action = (f"even out {who}: check its data (sampler, sequence lengths, per-rank caches) and its parallel "
+              "layout")
+    return Finding("rank_imbalance", tuple(sentences), others, top, (Fix(action, top - others, 0.0),), like)
+
+
+def _self_pid(o) -> int | None:  # noqa: ANN001
+    """The listed process that is this one (in a container NVML shows it as "Process N")."""
+    if o.process_bytes is not None or o.reserved_bytes is None:
+        return None
+    cands = [(b, pid) for pid, b in o.other_processes if b >= o.reserved_bytes]
+    return min(cands)[1] if cands else None
+
+
+def _other_from_oom(ev: Evidence, exp: Expected | None) -> tuple[float, list, int, str] | None:
+    """(likelihood, [(pid, name, bytes, gpu)], expected bytes, sentence) from the OOM message."""
+    o = ev.oom
+    if o is None:
+        return None
+    me = _self_pid(o)
+    others = [(pid, "", b, o.device) for pid, b in o.other_processes if pid != me and b > 0]
+    total = sum(x[2] for x in others)
+    if others and total >= 128 * MiB:
+        room = o.tried_bytes is not None and total + (o.free_bytes or 0) >= o.tried_bytes
+        return (0.85 if room else 0.55), others, 0, (
+            f"other processes hold {g(total)} of the GPU" + (f", enough for the {g(o.tried_bytes)} requested" if room
+                                                             else ""))
+    if o.total_bytes is None or o.free_bytes is None or o.reserved_bytes is None or o.process_bytes is not None:
+        return None
+    outside = o.total_bytes - o.free_bytes - o.reserved_bytes
+    expect = exp.estimate.device_total_bytes - exp.estimate.peak_reserved_bytes if exp else CUDA_CONTEXT_BYTES
+    if outside - expect < max(1 * GiB, o.tried_bytes or 0):
+        return None
+    return 0.5, [(0, "", outside - expect, o.device)], expect, (
+        f"{g(outside)} of the GPU is used outside this process's PyTorch allocator (about {g(expect)} expected for "
+        "the CUDA context and NCCL)")
+
+
+def _other_from_smi(ev: Evidence) -> list[tuple[int, str, int, int | None]]:
+    smi = ev.nvsmi
+    if smi is None:
+        return []
+    foreign = {p.pid for _, ps in (*_foreign_contexts(ev), *_sibling_contexts(ev)) for p in ps}
+    out = []
+    for gi in sorted({p.gpu for p in smi.processes if p.gpu is not None}):
+        procs = sorted(smi.on_gpu(gi), key=lambda p: -p.used_bytes)
+        out += [(p.pid, p.name, p.used_bytes, gi) for p in procs[1:] if p.pid not in foreign and p.used_bytes >= 64 * MiB]
+    return out
+
+
+def other_process(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """Memory held by other processes (article: a card that does not release its memory: leftover processes)."""
+    hit = _other_from_oom(ev, exp)
+    smi = _other_from_smi(ev)
+    if hit is None and not smi:
+        return None
+    like, procs, expected, sentence = hit if hit else (0.5, [], 0, "")
+    sentences = [sentence] if sentence else []
+    if smi:
+        listed = ", ".join(f"pid {pid} {g(b)} on GPU {gi}" for pid, _, b, gi in smi[:6])
+        sentences.append(f"nvidia-smi: besides the largest process, {listed} (if they are your DataLoader "
+                         "workers, they hold CUDA contexts)")
+        procs = procs + [x for x in smi if x[0] not in {p[0] for p in procs}]
+    fixes = tuple(Fix(_stop(pid, name, gi), b, 0.0) for pid, name, b, gi in sorted(procs, key=lambda x: -x[2])[:6])
+    return Finding("other_process", tuple(sentences), expected, sum(x[2] for x in procs) or None, fixes, like)
+
+
+def _stop(pid: int, name: str, gpu: int | None) -> str:
+    if pid == 0:
+        return "free the memory held outside PyTorch's allocator (other processes: nvidia-smi --query-compute-apps)"
+    where = f" on GPU {gpu}" if gpu is not None else ""
+    return f"stop process {pid} ({name}){where}" if name else f"stop process {pid}{where}"
+
+
+def offload_bottleneck(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """Slow but stable (article: offload or ZeRO-3 communication → ZeRO-2, gradient checkpointing)."""
+    if exp is None or ev.log is None or ev.oom is not None or ev.log.ooms:
+        return None
+    s = exp.setup
+    if s.offload == "none" and not (s.zero == 3 and s.engine in ("deepspeed", "fsdp2") and s.dp > 1):
+        return None
+    recs = ev.log.by_rank(ev.log.ranks[0])
+    t = leak_test([x.step for x in recs], [x.allocated_bytes for x in recs])
+    if t.leaking or t.n_steps < 12:
+        return None
+    st = exp.step_time()
+    slow = st.breakdown.get("offload", 0.0) + st.breakdown.get("dp_comm", 0.0)
+    share = slow / st.step_seconds if st.step_seconds else 0.0
+    if share < 0.25:
+        return None
+    sentences = [f"memory stable at {g(baseline(ev.log) or 0)} over {t.n_steps} steps (no trend)",
+                 f"performance model: {st.step_seconds:.2f} s per step, of which {st.breakdown.get('offload', 0.0):.2f} s "
+                 f"offload traffic and {st.breakdown.get('dp_comm', 0.0):.2f} s data-parallel communication "
+                 f"({share:.0%})"]
+    secs = [x.step_seconds for x in recs if x.step_seconds]
+    if secs:
+        sentences.append(f"observed median step {median(secs):.2f} s")
+    return Finding("offload_bottleneck", tuple(sentences), exp.estimate.peak_allocated_bytes, observed_peak(ev),
+                   tuple(speed_fixes(exp)), min(0.9, 0.4 + 0.5 * share))
+
+
+RULES: tuple[Callable[[Evidence, Expected | None], Finding | None], ...] = (
+    static_overflow, activation_overflow, leak, fragmentation, duplicate_fp32_copy, eval_without_no_grad,
+    rank_imbalance, dataloader_memory, other_process, offload_bottleneck)
+
+
+def _none(ev: Evidence, exp: Expected | None) -> Finding:
+    sentences = [f"checked: {', '.join(ev.given)}, no rule matched" if ev.given else
+                 "checked: the estimate, no rule matched"]
+    if exp is not None:
+        e = exp.estimate
+        sentences.append(f"estimate: peak {g(e.peak_allocated_bytes)}, {g(e.device_total_bytes)} with CUDA context "
+                         f"and NCCL, on {g(e.gpu_memory_bytes)}")
+    if ev.log is not None:
+        b = baseline(ev.log)
+        sentences.append(f"per-step log: {len(ev.log.records)} records on {len(ev.log.ranks)} rank(s), no trend, "
+                         f"between steps {g(b or 0)}")
+    return Finding("none", tuple(sentences), exp.estimate.peak_allocated_bytes if exp else None, observed_peak(ev),
+                   (), 1.0)
+
+
+def diagnose(ev: Evidence, exp: Expected | None) -> list[Finding]:
+    """Every finding, most likely first; ``[none]`` when no rule fires."""
+    found = [f for rule in RULES if (f := rule(ev, exp)) is not None]
+    found.sort(key=lambda f: (-f.likelihood, -(f.observed_bytes or 0)))
+    return found or [_none(ev, exp)]

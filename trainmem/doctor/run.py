@@ -1,0 +1,148 @@
+"""Read the doctor's inputs, build the run's estimate, apply the rules: the library side of ``trainmem doctor``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from trainmem.doctor.case import Evidence, Expected, Finding
+from trainmem.doctor.frames import Where, oom_frames, where
+from trainmem.doctor.inputs import MAX_BINARY_BYTES, read_bytes, read_text
+from trainmem.doctor.nvsmi import NvidiaSmi, parse_nvidia_smi
+from trainmem.doctor.oom import OOMReport, parse_oom
+from trainmem.doctor.rules import diagnose
+from trainmem.doctor.snapshot import load_snapshot, summarise_snapshot
+from trainmem.doctor.steplog import StepLog, merge_logs, parse_steplog
+from trainmem.errors import ConfigError, TrainmemError
+from trainmem.units import fmt_bytes
+
+__all__ = ["DoctorInputs", "DoctorResult", "read_error", "gather", "expected_for", "run_doctor"]
+
+_OOM_AT = re.compile(r"out of memory|OutOfMemoryError|_ALLOC_FAILED", re.I)
+_LAST_ERROR = re.compile(r"^\s*(?:\[\w+\]:\s*)?([\w.]*(?:Error|Exception)\b:?.*)$", re.M)
+
+
+@dataclass(slots=True)
+class DoctorInputs:
+    error: str | None = None
+    logs: list[str] = field(default_factory=list)
+    snapshot: str | None = None
+    nvidia_smi: str | None = None
+    config: str | None = None
+    model: str | None = None
+    flags: dict = field(default_factory=dict)
+    """Setup fields given on the command line (None: not given)."""
+
+
+@dataclass(slots=True)
+class DoctorResult:
+    findings: list[Finding]
+    notes: list[str]
+    evidence: Evidence
+    expected: Expected | None
+
+
+def read_error(text: str, name: str) -> tuple[OOMReport, Where]:
+    """The OOM report and where it was raised, from a message or a whole traceback."""
+    oom = parse_oom(text)
+    if oom is None:
+        errs = _LAST_ERROR.findall(text)
+        lines = text.strip().splitlines()
+        last = (errs[-1].strip() if errs else lines[-1] if lines else "")[:120].replace("`", "'")
+        raise ConfigError(f"--error {name}: no CUDA out-of-memory error in it (its error: `{last}`); this is not a "
+                          "memory problem")
+    m = _OOM_AT.search(text)
+    frames = oom_frames(text, m.start() if m else None)
+    return oom, where(frames, text)
+
+
+def _logs(paths: list[str]) -> StepLog | None:
+    if not paths:
+        return None
+    return merge_logs([parse_steplog(read_text(p, "--log", "a per-step log (JSONL or CSV)"), p) for p in paths])
+
+
+def gather(inp: DoctorInputs) -> tuple[Evidence, dict, str]:
+    """(evidence, setup fields of --config, its kind) from the input files."""
+    oom = wh = None
+    if inp.error is not None:
+        oom, wh = read_error(read_text(inp.error, "--error", "an error message or traceback"), inp.error)
+    log = _logs(inp.logs)
+    if oom is None and log is not None and log.ooms:
+        oom, wh = read_error(log.ooms[-1], "--log")
+    smi: NvidiaSmi | None = None
+    if inp.nvidia_smi is not None:
+        smi = parse_nvidia_smi(read_text(inp.nvidia_smi, "--nvidia-smi", "nvidia-smi output"))
+    snap = None
+    if inp.snapshot is not None:
+        snap = summarise_snapshot(load_snapshot(read_bytes(inp.snapshot, "--snapshot", MAX_BINARY_BYTES), inp.snapshot))
+    cfg, kind = {}, ""
+    if inp.config is not None:
+        from trainmem.doctor.launch import parse_launch_config
+        parsed = parse_launch_config(inp.config)
+        cfg, kind = dict(parsed), parsed.kind
+    return Evidence(oom=oom, where=wh, nvsmi=smi, log=log, snapshot=snap, config_kind=kind), cfg, kind
+
+
+def _observed_gpu(ev: Evidence) -> tuple[int | None, str]:
+    if ev.oom is not None and ev.oom.total_bytes:
+        return ev.oom.total_bytes, "the OOM message"
+    if ev.log is not None and ev.log.capacity_bytes:
+        return ev.log.capacity_bytes, "the monitor's log"
+    if ev.nvsmi is not None and ev.nvsmi.gpus:
+        return max(x.total_bytes for x in ev.nvsmi.gpus), "nvidia-smi's output"
+    return None, ""
+
+
+def _gpu_name(ev: Evidence) -> str | None:
+    if ev.nvsmi is None or not ev.nvsmi.gpus:
+        return None
+    from trainmem.hardware import get_gpu
+    try:
+        return get_gpu(ev.nvsmi.gpus[0].name).name
+    except TrainmemError:
+        return None
+
+
+def expected_for(model: str | None, fields: dict, ev: Evidence, notes: list[str]) -> Expected | None:
+    """The estimate of the run; the GPU's memory (and name) taken from the evidence when no flag gives them."""
+    if model is None:
+        return None
+    from trainmem.api import build
+    from trainmem.memory import estimate
+    fields = {k: v for k, v in fields.items() if v is not None}
+    cap, src = _observed_gpu(ev)
+    auto: dict = {}
+    if cap and "gpu_memory" not in fields:
+        auto["gpu_memory"] = cap
+        notes.append(f"GPU memory {fmt_bytes(cap)} from {src} (give --gpu-memory to change it)")
+    name = _gpu_name(ev) if "gpu" not in fields else None
+    if name:
+        auto["gpu"] = name
+    try:
+        spec, setup = build(model, **{**fields, **auto})
+        est = estimate(spec, setup)
+    except TrainmemError:
+        if "gpu" not in auto:
+            raise
+        spec, setup = build(model, **{**fields, **{k: v for k, v in auto.items() if k != "gpu"}})
+        est = estimate(spec, setup)
+    return Expected(spec=spec, setup=setup, estimate=est, notes=notes)
+
+
+def run_doctor(inp: DoctorInputs) -> DoctorResult:
+    if not (inp.error or inp.logs or inp.snapshot or inp.nvidia_smi or inp.config or inp.model):
+        raise ConfigError("doctor: give at least one of --error, --log, --snapshot, --nvidia-smi, --config or a MODEL")
+    ev, cfg, kind = gather(inp)
+    notes: list[str] = []
+    if kind:
+        notes.append(f"setup read from --config ({kind}): "
+                     + ", ".join(f"{k}={v}" for k, v in sorted(cfg.items())))
+    flags = {k: v for k, v in inp.flags.items() if v is not None}
+    exp = expected_for(inp.model, {**cfg, **flags}, ev, notes)
+    if exp is None:
+        notes.append("no MODEL given: the rules that need the estimate (duplicate copy, offload, expected bytes) "
+                     "are skipped")
+    if ev.log is not None and ev.log.skipped_last_line:
+        notes.append("the log's last line was cut (a crash mid-write); it was skipped")
+    return DoctorResult(findings=diagnose(ev, exp), notes=notes, evidence=ev, expected=exp)

@@ -1,0 +1,53 @@
+"""``trainmem doctor``: a thin shell over :mod:`trainmem.doctor`.
+
+``trainmem doctor [--error FILE|-] [--log FILE] [--snapshot FILE] [--nvidia-smi FILE] [--config FILE]
+[MODEL and estimate flags] [--lang zh] [--json]`` prints ``{"findings": [{"cause", "evidence",
+"expected_bytes", "observed_bytes", "fixes": [{"action", "saves_bytes", "slowdown_pct"}]}]}``, most likely first.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from trainmem import cli_options as opt
+
+__all__ = ["register", "doctor_cmd"]
+
+_Opt = typer.Option
+
+
+def doctor_cmd(
+    model: Annotated[Optional[str], typer.Argument(help="the run's model (catalog name, config.json, or a size "
+                                                        "like 7B); optional: without it the rules that need the "
+                                                        "estimate are skipped")] = None,
+    error: Annotated[Optional[str], _Opt("--error", help="a PyTorch OOM message or whole traceback (FILE, or - "
+                                                         "for stdin)")] = None,
+    log: Annotated[Optional[list[str]], _Opt("--log", help="per-step memory log: the monitor's JSONL or CSV "
+                                                            "step,allocated_bytes,reserved_bytes[,rank]; repeat "
+                                                            "for one file per rank")] = None,
+    snapshot: Annotated[Optional[str], _Opt("--snapshot", help="a torch.cuda.memory._dump_snapshot() pickle")] = None,
+    nvidia_smi: Annotated[Optional[str], _Opt("--nvidia-smi", help="nvidia-smi output: the table, or --query-gpu "
+                                                                   "/ --query-compute-apps CSV")] = None,
+    config: Annotated[Optional[str], _Opt("--config", help="launch config: DeepSpeed JSON, HF TrainingArguments "
+                                                           "JSON, Accelerate YAML or torchtitan TOML")] = None,
+    as_json: opt.Json = False, lang: opt.Lang = "en", **setup: object,
+) -> None:
+    """Diagnose an OOM, a leak or a slow run from what you have, against the estimate of the run."""
+    from trainmem.cli import _check_lang
+    from trainmem.doctor.report import render_text, to_json
+    from trainmem.doctor.run import DoctorInputs, run_doctor
+
+    _check_lang(lang)
+    res = run_doctor(DoctorInputs(error=error, logs=list(log or []), snapshot=snapshot, nvidia_smi=nvidia_smi,
+                                  config=config, model=model, flags=opt.setup_fields(setup)))
+    if as_json:
+        print(json.dumps(to_json(res.findings, lang), ensure_ascii=False))
+        return
+    print(render_text(res.findings, res.notes, lang))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(opt.with_setup_options(doctor_cmd))
