@@ -21,7 +21,7 @@ from trainmem.errors import TrainmemError
 # Plain click help (rich_markup_mode=None): it wraps long option lists instead of cutting them with "…".
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Per-GPU memory of one training step: estimate, trace, explain, plan, compare, doctor.")
+                  help="Per-GPU memory of one training step: estimate, trace, explain, plan, compare, doctor, report, serve.")
 
 
 def _version(value: bool) -> None:
@@ -150,6 +150,10 @@ _register_plan(app)
 from trainmem.doctor_cli import register as _register_doctor  # noqa: E402
 
 _register_doctor(app)
+
+from trainmem.report_cli import register as _register_report  # noqa: E402
+
+_register_report(app)
 
 
 def _argv_lang(argv: list[str]) -> str:

@@ -33,6 +33,8 @@ def doctor_cmd(
                                                                    "/ --query-compute-apps CSV")] = None,
     config: Annotated[Optional[str], _Opt("--config", help="launch config: DeepSpeed JSON, HF TrainingArguments "
                                                            "JSON, Accelerate YAML or torchtitan TOML")] = None,
+    report: Annotated[Optional[str], _Opt("--report", help="also write the findings and the per-step curve as a "
+                                                           "self-contained HTML FILE")] = None,
     as_json: opt.Json = False, lang: opt.Lang = "en", **setup: object,
 ) -> None:
     """Diagnose an OOM, a leak or a slow run from what you have, against the estimate of the run."""
@@ -43,10 +45,23 @@ def doctor_cmd(
     _check_lang(lang)
     res = run_doctor(DoctorInputs(error=error, logs=list(log or []), snapshot=snapshot, nvidia_smi=nvidia_smi,
                                   config=config, model=model, flags=opt.setup_fields(setup)))
+    if report:
+        _write_report(report, res, lang)
     if as_json:
         print(json.dumps(to_json(res.findings, lang), ensure_ascii=False))
         return
     print(render_text(res.findings, res.notes, lang))
+
+
+def _write_report(path: str, res, lang: str) -> None:  # noqa: ANN001 - a DoctorResult
+    from trainmem.doctor.report import to_json
+    from trainmem.report.html import doctor_report_html, write_report
+
+    log = res.evidence.log
+    steps = [{"step": r.step, "allocated_bytes": r.allocated_bytes, "reserved_bytes": r.reserved_bytes,
+              "rank": r.rank} for r in log.records if r.phase == "train"] if log is not None else None
+    expected = res.expected.estimate.static_bytes if res.expected is not None else None
+    write_report(path, doctor_report_html(to_json(res.findings, lang), lang, steps=steps, expected_bytes=expected))
 
 
 def register(app: typer.Typer) -> None:

@@ -46,6 +46,7 @@ def plan_cmd(
     days: Annotated[Optional[float], _Opt("--days", help="deadline in days (with --tokens and --gpu)")] = None,
     export: Annotated[Optional[str], _Opt("--export", help="deepspeed|megatron|torchtitan|accelerate")] = None,
     out_dir: Annotated[Optional[str], _Opt("-o", "--output", help="directory for --export")] = None,
+    report: Annotated[Optional[str], _Opt("--report", help="also write the plans as a self-contained HTML FILE")] = None,
     optimizer: Annotated[Optional[str], _Opt("--optimizer", help="adamw|adam|sgd|sgd-momentum|adamw-8bit|adafactor|lion [adamw]")] = None,
     attn: Annotated[Optional[str], _Opt("--attn", help="sdpa|flash|eager")] = None,
     lora_rank: Annotated[int, _Opt("--lora-rank", help="LoRA rank; 0 = full fine-tuning")] = 0,
@@ -87,6 +88,9 @@ def plan_cmd(
         result = plan(req)
     if export and result is not None:
         out["export"] = _export(req, result, export, out_dir)
+    if report:
+        from trainmem.report.html import plan_report_html, write_report
+        write_report(report, plan_report_html(req, result, lang))
     if as_json:
         d = result.to_dict() if result is not None else {"search_seconds": 0.0, "plans": []}
         d.update(out)

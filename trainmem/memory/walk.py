@@ -65,9 +65,13 @@ class StepWalk:
             self.forward(mb)
             self.backward(mb, boundary=mb == m - 1)
             if mb == 1 and last_rep > 2:
+                tl.finish()  # close the copied segment's last phase (its maximum)
                 seg = tl.points[start:]
+                cats, maxes = tl.point_categories[start:], tl.phase_max[start:]
                 for rep in range(2, last_rep):
                     tl.points.extend((ph.replace("mb1", f"mb{rep}"), v) for ph, v in seg)
+                    tl.point_categories.extend(dict(c) for c in cats)
+                    tl.phase_max.extend(maxes)
 
     # -- forward -----------------------------------------------------------------------------------
     def forward(self, mb: int) -> None:
