@@ -382,12 +382,7 @@ def _imbalance_from_log(ev: Evidence) -> tuple[str, int, int] | None:
     if log is None or len(log.ranks) < 2:
         return None
     peaks = {r: max((x.peak_allocated_bytes or x.allocated_bytes) for x in log.by_rank(r, None)) for r in log.ranks}
-    top = max(peaks, key=peaks.get)
-    rest = [v for r, v in peaks.items() if r != top]
-    others = median(rest)
-    if peaks[top] - others < _spread_floor(rest):
-        return None
-    return f"rank {top}", peaks[top], int(others)
+    return _outlier(peaks, "rank")
 
 
 def _imbalance_from_smi(ev: Evidence) -> tuple[str, int, int] | None:
@@ -401,12 +396,18 @@ def _imbalance_from_smi(ev: Evidence) -> tuple[str, int, int] | None:
     used = {k: v for k, v in used.items() if v >= 1 * GiB}
     if len(used) < 2:
         return None
-    top = max(used, key=used.get)
-    rest = [v for k, v in used.items() if k != top]
+    return _outlier(used, "GPU")
+
+
+def _outlier(values: dict[int, int], what: str) -> tuple[str, int, int] | None:
+    """The highest of several ranks' or GPUs' bytes when it stands out of the others' spread:
+    (its name, its bytes, the others' median)."""
+    top = max(values, key=values.get)
+    rest = [v for k, v in values.items() if k != top]
     others = median(rest)
-    if used[top] - others < _spread_floor(rest):
+    if values[top] - others < _spread_floor(rest):
         return None
-    return f"GPU {top}", used[top], int(others)
+    return f"{what} {top}", values[top], int(others)
 
 
 def rank_imbalance(ev: Evidence, exp: Expected | None) -> Finding | None:
