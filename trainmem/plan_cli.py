@@ -22,8 +22,7 @@ def _request(model: str, cluster: str, global_batch: int, seq_len: int, precisio
     from trainmem.plan.space import ENGINES, parse_fix
 
     pool = parse_cluster(cluster)
-    fields = {k: v for k, v in extra.items() if v not in (None, False, 0) or k == "lora_rank"}
-    fields = {k: v for k, v in fields.items() if v is not None}
+    fields = {k: v for k, v in extra.items() if v is not None and (v or k == "lora_rank")}
     # the model and the fixed setup fields are validated once, as `trainmem estimate` validates them
     spec, _ = build(model, seq_len=seq_len, gpu=pool.groups[0].gpu.name, **fields)
     fixed = parse_fix(fix) if fix else {}

@@ -56,10 +56,16 @@ def _for_group(k: Knobs, gs: GroupSearch, mb: int, ga: int) -> Knobs:
     return replace(k, dp=dp, micro_batch=mb, grad_accum=ga)
 
 
+def _in_flight_accum(k: Knobs) -> int:
+    """An accumulation count at which a pipeline stage holds all the micro-batches it can in flight, for
+    checking a micro-batch's memory before the real accumulation is chosen."""
+    return k.pp * k.vpp if k.pp > 1 else 1
+
+
 def _max_micro_batch(gs: GroupSearch, k: Knobs, cap: int) -> int:
     """Largest power of two ≤ cap that fits this type (0 if none): the largest is tried first (it fits
     wherever memory is plentiful), then bisection (memory grows with the micro-batch)."""
-    ga = k.pp * k.vpp if k.pp > 1 else 1  # enough micro-batches that a pipeline stage holds all it can in flight
+    ga = _in_flight_accum(k)
     powers = [1 << i for i in range(cap.bit_length()) if 1 << i <= cap]
 
     def fits(mb: int) -> bool:
@@ -186,7 +192,7 @@ def _rates(req: PlanRequest, gs: GroupSearch, k: Knobs, cap: int) -> dict[int, f
     """Micro-batch (powers of two ≤ cap, up to the first the memory bound refuses) → one replica's
     sequences per second on this type."""
     out, mb = {}, 1
-    ga = k.pp * k.vpp if k.pp > 1 else 1
+    ga = _in_flight_accum(k)
     while mb <= cap:
         if mb > 1 and gs.bounded_out(_for_group(k, gs, mb, ga)):
             break  # this micro-batch cannot fit this type (nor any larger one): not a rate it can reach
