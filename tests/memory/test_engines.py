@@ -105,14 +105,18 @@ def test_selective_recompute_is_torchtitans_op_policy() -> None:
     assert per_token / 4096 == pytest.approx(15.53, abs=0.01)   # B per token·h (vs ≈ 46 without recompute)
 
 
-@pytest.mark.parametrize("zero, per_param", [(0, 4.0), (1, 4.0), (2, 2.0)])
-def test_deepspeed_fp32_gradients_are_fp32(zero: int, per_param: float) -> None:
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_deepspeed_fp32_gradients_are_fp32(zero: int) -> None:
     """With --precision fp32 DeepSpeed keeps fp32 gradients (the parameters' dtype): 4 B per parameter
-    at ZeRO 0/1, the fp32 partition (4 B ÷ dp = 2 B per parameter at dp 2) at ZeRO 2."""
+    at ZeRO 0; at ZeRO 1 the stage-1 epilogue holds the gradients not yet moved into the 5e8-element
+    bucket (4 B × (T − 5e8)) next to the fp32 partition (4 B × T/dp), as measured with DeepSpeed on its
+    CPU accelerator (docs/deepspeed_cpu.md); the fp32 partition alone (4 B ÷ dp) at ZeRO 2."""
     from trainmem.api import build
     spec, s = build("llama-3.2-1b", engine="deepspeed", precision="fp32", zero=zero, gpus=2, seq_len=512)
     grads = estimate(spec, s).category_peak_bytes["gradients"]
-    assert grads / spec.n_params == pytest.approx(per_param, rel=1e-4)
+    T = spec.n_params
+    per_param = {0: 4.0, 1: 4 * (T - 500_000_000) / T + 4 / 2, 2: 2.0}[zero]
+    assert grads / T == pytest.approx(per_param, rel=1e-3)
 
 
 def test_fp8_megatron_adds_the_te_weight_cache() -> None:
