@@ -11,7 +11,7 @@ from trainmem.model.resolve import resolve_model
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup, make_setup, validate_for_model
 
-__all__ = ["build", "default_notes", "model_context", "rope_context", "check_trace_size", "STEP_LIMITS",
+__all__ = ["build", "build_spec", "default_notes", "model_context", "rope_context", "check_trace_size", "STEP_LIMITS",
            "TRACE_LIMITS", "MAX_PARAMS"]
 
 #: Size guards of a step (field: largest accepted value), so that no request runs for minutes: wide
@@ -44,8 +44,14 @@ def build(model: str, **setup_fields: object) -> tuple[ModelSpec, TrainingSetup]
     Flags left unset (None or absent) take the model's defaults: ``seq_len`` is the model's context
     when shorter than 2048, ``attn`` is eager for families without sdpa; both are recorded in
     ``setup.notes`` (listed in the estimate's assumptions)."""
+    make_setup(**setup_fields)  # a bad flag is refused before the model is looked up
+    return build_spec(resolve_model(model), **setup_fields)
+
+
+def build_spec(spec: ModelSpec, **setup_fields: object) -> tuple[ModelSpec, TrainingSetup]:
+    """:func:`build` for a model already resolved (a pasted config.json, a spec built in code): the
+    model's defaults filled in and stated, size guards, and the setup validated against the model."""
     setup = make_setup(**setup_fields)
-    spec = resolve_model(model)
     if spec.n_params > MAX_PARAMS:
         raise ConfigError(f"{spec.name}: {spec.n_params:.3g} parameters is above trainmem's limit of {MAX_PARAMS:.0e}")
     fields = dict(setup_fields)

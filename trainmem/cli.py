@@ -132,10 +132,8 @@ def gpus_cmd() -> None:
 
 
 def _check_lang(lang: str) -> None:
-    from trainmem.errors import ConfigError
-    from trainmem.report.i18n import LANGS
-    if lang not in LANGS:
-        raise ConfigError(f"lang: {lang!r} is not one of {', '.join(LANGS)}")
+    from trainmem.report.i18n import check_lang
+    check_lang(lang)
 
 
 # `trainmem trace` lives beside the tracer's CLI glue; torch is imported only when a trace runs.

@@ -38,11 +38,11 @@ def doctor_cmd(
     as_json: opt.Json = False, lang: opt.Lang = "en", **setup: object,
 ) -> None:
     """Diagnose an OOM, a leak or a slow run from what you have, against the estimate of the run."""
-    from trainmem.cli import _check_lang
+    from trainmem.report.i18n import check_lang
     from trainmem.doctor.report import render_text, to_json
     from trainmem.doctor.run import DoctorInputs, run_doctor
 
-    _check_lang(lang)
+    check_lang(lang)
     res = run_doctor(DoctorInputs(error=error, logs=list(log or []), snapshot=snapshot, nvidia_smi=nvidia_smi,
                                   config=config, model=model, flags=opt.setup_fields(setup)))
     if report:

@@ -84,12 +84,12 @@ def report_cmd(
     lang: opt.Lang = "en", **setup: object,
 ) -> None:
     """Write one self-contained HTML report: setup, estimate, every chart, what-ifs, plans, formulas."""
-    from trainmem.cli import _check_lang
+    from trainmem.report.i18n import check_lang
     from trainmem.errors import ConfigError
     from trainmem.report.html import write_report
     from trainmem.report.i18n import tr
 
-    _check_lang(lang)
+    check_lang(lang)
     if not output:
         raise ConfigError("-o FILE.html is required (the report to write)")
     text = build_report(model, lang, trace=trace, with_plan=not no_plan, **setup)
@@ -103,11 +103,11 @@ def serve_cmd(
     lang: opt.Lang = "en",
 ) -> None:
     """Run the local web calculator (estimate, compare, plan, doctor) and its JSON API."""
-    from trainmem.cli import _check_lang
+    from trainmem.report.i18n import check_lang
     from trainmem.errors import ConfigError
     from trainmem.report.i18n import tr
 
-    _check_lang(lang)
+    check_lang(lang)
     if not 0 < port < 65536:
         raise ConfigError(f"--port {port}: not a TCP port (1-65535)")
     try:

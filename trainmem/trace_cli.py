@@ -35,9 +35,9 @@ def register(app: typer.Typer) -> None:
         from trainmem.api import build
         from trainmem.errors import ConfigError
 
-        from trainmem.cli import _check_lang
+        from trainmem.report.i18n import check_lang
 
-        _check_lang(lang)
+        check_lang(lang)
         if device not in ("fake", "cuda"):
             raise ConfigError(f"device: {device!r} is not one of fake, cuda")
         spec, setup = build(model, **opt.setup_fields(setup_args))

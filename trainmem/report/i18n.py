@@ -20,9 +20,16 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-__all__ = ["LANGS", "t", "tr"]
+__all__ = ["LANGS", "check_lang", "t", "tr"]
 
 LANGS = ("en", "zh")
+
+
+def check_lang(lang: str) -> None:
+    """Refuse a report language trainmem has no catalogue for (one line, exit 2 / HTTP 422)."""
+    from trainmem.errors import ConfigError
+    if lang not in LANGS:
+        raise ConfigError(f"lang: {lang!r} is not one of {', '.join(LANGS)}")
 
 _STRINGS: dict[str, dict[str, str]] = {
     "parameters": {"en": "parameters", "zh": "模型参数"},

@@ -98,8 +98,8 @@ def parse(command: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_lang(lang: str) -> None:
-    from trainmem.cli import _check_lang as check
-    check(lang)
+    from trainmem.report.i18n import check_lang
+    check_lang(lang)
 
 
 def _estimate(p: dict[str, Any]) -> dict:

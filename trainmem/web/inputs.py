@@ -1,8 +1,8 @@
 """A model given to the web API as a pasted ``config.json`` object (the CLI takes its path instead).
 
 The pasted object is read by the same reader as a config.json file
-(:func:`trainmem.model.hf.spec_from_hf_config`) and validated like :func:`trainmem.api.build` does after
-resolving a name; :func:`trainmem.api.build_spec` is used when the library has it.
+(:func:`trainmem.model.hf.spec_from_hf_config`) and validated by :func:`trainmem.api.build_spec`, as
+:func:`trainmem.api.build` validates a resolved name.
 """
 
 from __future__ import annotations
@@ -30,38 +30,11 @@ def pasted_spec(cfg: dict[str, Any]) -> ModelSpec:
     return spec_from_hf_config(cfg, name=PASTED_NAME, source=PASTED_NAME)
 
 
-def _build_spec(spec: ModelSpec, **fields: object) -> tuple[ModelSpec, TrainingSetup]:
-    """:func:`trainmem.api.build` for a spec already resolved (the same checks, in the same order)."""
-    from trainmem import api
-
-    own = getattr(api, "build_spec", None)
-    if own is not None:
-        return own(spec, **fields)
-    from trainmem.setup import make_setup, validate_for_model
-
-    setup = make_setup(**fields)
-    if spec.n_params > api.MAX_PARAMS:
-        raise ConfigError(f"{spec.name}: {spec.n_params:.3g} parameters is above trainmem's limit of {api.MAX_PARAMS:.0e}")
-    filled = dict(fields)
-    notes = api.default_notes(spec, filled)
-    if notes:
-        setup = make_setup(**filled)
-    notes += api._context_notes(spec, setup)  # noqa: SLF001 - mirrors build until api.build_spec exists
-    if notes:
-        setup = setup.model_copy(update={"notes": tuple(notes)})
-    api._check_step_size(setup)  # noqa: SLF001
-    api.get_gpu(setup.gpu)
-    validate_for_model(setup, spec)
-    if spec.position == "learned" and setup.seq_len > api.model_context(spec):
-        raise ConfigError(f"seq_len({setup.seq_len}) > the {api.model_context(spec)} positions of {spec.name} "
-                          f"(max_position_embeddings({spec.max_position_embeddings}) less the padding offset)")
-    return spec, setup
-
-
 def build_any(model: str | dict, **fields: object) -> tuple[ModelSpec, TrainingSetup]:
     """:func:`trainmem.api.build` for a model reference, or for a pasted config.json object."""
     if isinstance(model, dict):
-        return _build_spec(pasted_spec(model), **fields)
+        from trainmem.api import build_spec
+        return build_spec(pasted_spec(model), **fields)
     from trainmem.api import build
     return build(model, **fields)
 
@@ -80,7 +53,8 @@ def plan_request(model: str | dict, cluster: str, global_batch: int, seq_len: in
     pool = parse_cluster(cluster)
     fields = {k: v for k, v in extra.items() if v not in (None, False, 0) or k == "lora_rank"}
     fields = {k: v for k, v in fields.items() if v is not None}
-    spec, _ = _build_spec(pasted_spec(model), seq_len=seq_len, gpu=pool.groups[0].gpu.name, **fields)
+    from trainmem.api import build_spec
+    spec, _ = build_spec(pasted_spec(model), seq_len=seq_len, gpu=pool.groups[0].gpu.name, **fields)
     fixed = parse_fix(fix) if fix else {}
     return PlanRequest(spec=spec, cluster=pool, global_batch=global_batch, seq_len=seq_len, precision=precision,
                        margin=margin / 100, top=top, fixed=fixed, engines=ENGINES, setup_extra=fields)
