@@ -34,15 +34,27 @@ from trainmem.units import GiB  # noqa: E402
 class Case:
     model: str
     kw: dict = field(default_factory=dict)
+    head: str | None = None
+    """A task head (``ForSequenceClassification`` / ``ForTokenClassification``): the catalog model's config
+    with ``architectures`` naming it, as a config.json that asks for the head does (trainmem/model/heads.py)."""
+    num_labels: int = 2
 
     @property
     def label(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.kw.items()]
+        parts = ([f"head={self.head}", f"num_labels={self.num_labels}"] if self.head else []) + [
+            f"{k}={v}" for k, v in self.kw.items()]
         return f"{self.model} " + " ".join(parts)
 
+    def spec(self):  # noqa: ANN201
+        if not self.head:
+            return resolve_model(self.model)
+        from trainmem.model.hf import spec_from_hf_config
+        cfg = {**resolve_model(self.model).hf_config, "architectures": ["Any" + self.head], "num_labels": self.num_labels}
+        return spec_from_hf_config(cfg, name=self.model)
 
-def C(model: str, **kw) -> Case:
-    return Case(model, kw)
+
+def C(model: str, head: str | None = None, num_labels: int = 2, **kw) -> Case:
+    return Case(model, kw, head, num_labels)
 
 
 # The set the estimator was developed against. 7 families + MoE; every traced recipe, recompute
@@ -107,6 +119,20 @@ TUNING: list[Case] = [
     C("llama-3.2-1b", precision="amp-bf16", seq_len=2048, micro_batch=2, engine="fsdp2", gpus=8, tp=4),
     C("qwen2.5-0.5b", precision="bf16", seq_len=1024, engine="fsdp2", gpus=2, tp=2, no_sp=True),
     C("llama-3.2-1b", precision="bf16", seq_len=512, engine="fsdp2", gpus=8, tp=4),  # peak: tied embedding bwd
+    # --loss fused-linear (Liger-Kernel's allocations, trace/losses.py) and chunked (torchtune) on more paths:
+    # untied and tied heads, FSDP2, full recompute, grad accumulation, loop "script", other chunk counts
+    C("tinyllama-1.1b", precision="amp-bf16", seq_len=1024, micro_batch=2, loss="fused-linear"),
+    C("llama-3.2-1b", precision="bf16", seq_len=1024, micro_batch=2, engine="fsdp2", gpus=8, loss="fused-linear"),
+    C("llama-3.2-1b", precision="amp-bf16", seq_len=1024, micro_batch=2, recompute="full", loss="fused-linear"),
+    C("qwen2.5-0.5b", precision="amp-bf16", seq_len=1024, micro_batch=2, grad_accum=2, loss="fused-linear"),
+    C("tinyllama-1.1b", precision="bf16", seq_len=1024, micro_batch=2, loss="chunked", loop="script"),
+    C("qwen2.5-0.5b", precision="amp-bf16", seq_len=1024, micro_batch=2, engine="fsdp2", gpus=4, loss="chunked"),
+    C("llama-3.2-1b", precision="bf16", seq_len=1024, micro_batch=2, loss="chunked", loss_chunks=16),
+    C("llama-3.2-1b", precision="amp-bf16", seq_len=1024, micro_batch=2, lora_rank=16, lora_targets="q_proj,v_proj",
+      loss="fused-linear"),
+    # task heads (a config whose architectures names *ForSequenceClassification / *ForTokenClassification)
+    C("qwen2.5-0.5b", head="ForSequenceClassification", num_labels=5, precision="amp-bf16", seq_len=1024, micro_batch=4),
+    C("roberta-base", head="ForTokenClassification", num_labels=9, precision="bf16", seq_len=512, micro_batch=8),
 ]
 
 # Models, sizes and settings the estimator was not developed against (run after tuning, not tuned on).
@@ -144,6 +170,16 @@ HOLDOUT: list[Case] = [
     C("qwen2.5-0.5b", precision="amp-bf16", seq_len=2048, micro_batch=4, loss="fused-linear"),
     C("qwen2.5-0.5b", precision="bf16", seq_len=1024, micro_batch=2, engine="fsdp2", gpus=2, pp=2, grad_accum=4),
     C("llama-3.2-1b", precision="amp-bf16", seq_len=1024, micro_batch=2, engine="fsdp2", gpus=8, pp=2, grad_accum=4),
+    # losses and task heads on families and settings the fused/chunked/head terms were not developed on
+    C("pythia-1b", precision="bf16", seq_len=1024, micro_batch=2, grad_accum=2, loss="fused-linear"),
+    C("qwen2.5-1.5b", precision="amp-bf16", seq_len=1024, micro_batch=2, engine="fsdp2", gpus=8, recompute="full",
+      loss="fused-linear"),
+    C("gemma-3-1b", precision="amp-bf16", seq_len=1024, micro_batch=2, loss="chunked", loss_chunks=4, loop="script"),
+    C("tinyllama-1.1b", precision="bf16", seq_len=1024, micro_batch=2, lora_rank=16, lora_targets="all-linear",
+      loss="chunked"),
+    C("bert-large-uncased", head="ForSequenceClassification", num_labels=3, precision="amp-bf16", seq_len=512,
+      micro_batch=8),
+    C("tinyllama-1.1b", head="ForTokenClassification", num_labels=9, precision="bf16", seq_len=1024, micro_batch=4),
 ]
 
 
@@ -185,7 +221,7 @@ def run(cases: list[Case], title: str) -> list[dict]:
     print(f"{'#':>3} {'case':78s} {'trace GiB':>9} {'est GiB':>8} {'err':>7} {'act err':>8} "
           f"{'accel':>7} {'DS':>7} {'s':>5} {'resv GiB':>8} {'est':>7} {'err':>7}")
     for i, c in enumerate(cases):
-        spec = resolve_model(c.model)
+        spec = c.spec()
         setup = make_setup(**c.kw)
         t = time.perf_counter()
         try:
@@ -265,6 +301,8 @@ def _path(case: str) -> str:
     parts.append(f"loop {kw.get('loop', 'trainer')}")
     if kw.get("loss", "hf") != "hf":
         parts.append(f"loss {kw['loss']}")
+    if "head" in kw:
+        parts.append({"ForSequenceClassification": "head seq-cls", "ForTokenClassification": "head tok-cls"}[kw["head"]])
     return ", ".join(parts)
 
 

@@ -22,13 +22,14 @@ How a point is mapped (each mapping is printed in the point's ``how`` with ``--v
   ``deepspeed``: its model code is Megatron-LM's (tensor-parallel layers, fused softmax, bias-GeLU and
   bias-dropout-add fusions), its optimizer (DeepSpeed BF16_Optimizer, "its own zero stage 1 equivalent")
   shards the fp32 master weights and Adam states over DP like Megatron's distributed optimizer, while
-  trainmem's ``deepspeed`` engine is the ZeRO data-parallel engine without TP or PP. What the stand-in
-  gets wrong: DeepSpeed's PipelineEngine all-reduces gradients after the pipeline flush (not overlapped
-  with the backward) and blocks on its send/recv — the model overlaps them as Megatron does (a few % of
-  BLOOM's step at most; docs/performance.md "Known gaps"). ``deepspeed`` without model parallelism →
-  deepspeed.
+  trainmem's ``deepspeed`` engine is the ZeRO data-parallel engine without TP or PP; with
+  ``megatron_deepspeed`` the step time is DeepSpeed's PipelineEngine's (trainmem/perf/deepspeed_pipe.py:
+  blocking sends, BF16_Optimizer's per-micro-batch fp32 accumulation, the gradient all-reduce after the
+  flush). ``deepspeed`` without model parallelism → deepspeed.
 - precision: bf16 → the engine's mixed recipe (mixed-bf16, amp-bf16), fp16 → mixed-fp16 / amp-fp16,
-  fp8 → fp8.
+  fp8 → fp8. A point's ``grad_reduce_in_fp32: false`` → ``grad_reduce_16bit`` and ``fp8_param: true`` →
+  ``fp8_params`` (megatron), each quoted from the run's recipe in the point's ``recipe``.
+- architecture fields without a catalog entry: Llama-style, or GPT-2-style with exact GeLU (``_arch_config``).
 - measured: tokens/s/GPU as published, else derived from the step time, else converted from TFLOP/s/GPU
   with the source's own FLOP count: "hardware"/"achieved" FLOPs (BLOOM, Narayanan et al. 2021) with
   Narayanan's eq. 3 (recompute counted), "model" FLOPs with PaLM's 6N + 12·L·h·s (trainmem.perf.flops).
@@ -154,8 +155,15 @@ def _arch_config(m: dict, seq: int) -> dict | None:
     # (bigscience/bloom config.json: hidden_dropout 0.0, attention_dropout 0.0), and so does MPT
     # (llm-foundry MPTConfig defaults: attn_pdrop 0.0, resid_pdrop 0.0, emb_pdrop 0.0)
     drop = 0.0 if ("bloom" in name or "mpt" in name) else 0.1
+    # activation: exact GeLU, which keeps one tensor (its input) for backward, not transformers' GPT-2 default
+    # gelu_new (a tanh formula of pointwise ops keeping five tensors of width 4h). The engines of these points
+    # run: Megatron-Core ``activation_func = F.gelu`` (transformer_config.py) fused with the fc1 bias as
+    # ``bias_gelu_impl``, whose GeLUFunction saves (input, bias) (megatron/core/fusions/fused_bias_gelu.py,
+    # both @ 937571cfd4; Megatron-LM 2021 and Megatron-DeepSpeed ParallelMLP have the same bias_gelu fusion);
+    # llm-foundry MPTMLP ``nn.GELU(approximate='none')`` (llmfoundry/models/layers/ffn.py @ b2a43a1477a4).
     return {"model_type": "gpt2", "n_embd": h, "n_layer": layers, "n_head": heads, "n_inner": ffn or 4 * h,
-            "vocab_size": vocab, "n_positions": seq, "attn_pdrop": drop, "resid_pdrop": drop, "embd_pdrop": drop}
+            "vocab_size": vocab, "n_positions": seq, "attn_pdrop": drop, "resid_pdrop": drop, "embd_pdrop": drop,
+            "activation_function": "gelu"}
 
 
 def build_spec(p: dict, how: list[str]) -> ModelSpec:
@@ -310,6 +318,18 @@ def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[
                   gpu_memory=gpu.memory_bytes if teton else None, attn=_attention(p, engine, how))
     if engine == "megatron":
         fields["sp"] = bool(sp) if tp > 1 else None
+        if p["engine"] == "deepspeed" and pp > 1:
+            fields["megatron_deepspeed"] = True
+            how.append("Megatron-DeepSpeed: DeepSpeed's PipelineEngine runs the step (perf/deepspeed_pipe.py)")
+        # the recipe's gradient dtype and fp8 parameters (each point's "notes" quote its recipe file):
+        # grad_reduce_in_fp32 false = Megatron-Core DDP's 16-bit main-grad buffer (NeMo 1's distributed Adam
+        # grad_sync_dtype=bf16 has the same buffer); fp8_param = Megatron-LM --fp8-param-gather
+        if p.get("grad_reduce_in_fp32") is False:
+            fields["grad_reduce_16bit"] = True
+            how.append("gradients: 16-bit main-grad buffer (recipe: grad_reduce_in_fp32 false)")
+        if p.get("fp8_param"):
+            fields["fp8_params"] = True
+            how.append("fp8 parameters (recipe: fp8_param_gather true)")
     if engine == "fsdp2" and tp > 1 and sp is False:
         fields["no_sp"] = True
     s = make_setup(**fields)

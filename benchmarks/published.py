@@ -161,6 +161,11 @@ class Row:
         return not self.needs and self.failure is None and self.error is not None
 
 
+def model_ref(model: str) -> str:
+    """A catalog name as it is; a ``.json`` config (a task head the catalog lacks) relative to this folder."""
+    return str(Path(__file__).parent / model) if model.endswith(".json") else model
+
+
 def evaluate(point: dict, known: set[str] | None = None) -> Row:
     """Estimate one point; a bad setup (TrainmemError) is recorded on the row, never raised."""
     low, high = measured_bytes(point["measured"])
@@ -168,7 +173,7 @@ def evaluate(point: dict, known: set[str] | None = None) -> Row:
     row = Row(point=point, low=low, high=high,
               needs=list(point.get("needs", [])) + [f"needs {m}" for m in missing])
     try:
-        spec, setup = build(point["model"], **kept)
+        spec, setup = build(model_ref(point["model"]), **kept)
         est = estimate(spec, setup)
     except TrainmemError as err:
         row.failure = f"{type(err).__name__}: {err}"

@@ -48,7 +48,7 @@ def test_point_is_well_formed(point):
 @pytest.mark.parametrize("point", [p for p in POINTS if not p.get("needs")], ids=[p["id"] for p in POINTS if not p.get("needs")])
 def test_expressible_point_builds(point):
     kept, _missing = published.split_fields(point["setup"], KNOWN)
-    build(point["model"], **kept)  # raises on a bad setup
+    build(published.model_ref(point["model"]), **kept)  # raises on a bad setup
 
 
 def test_median_on_a_hand_example():

@@ -30,6 +30,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("grad_accum", _I, "--grad-accum", "micro-batches per optimizer step [1]"),
     ("precision", _S, "--precision", "fp32|bf16|fp16|amp-bf16|amp-fp16|mixed-bf16|mixed-fp16|fp8"),
     ("optimizer", _S, "--optimizer", "adamw|adam|sgd|sgd-momentum|adamw-8bit|adafactor|lion"),
+    ("optimizer_impl", _S, "--optimizer-impl", "foreach (torch.optim's default) | fused (HF Trainer's adamw_torch_fused, "
+                                               "torchtitan) [foreach]"),
     ("recompute", _S, "--recompute", "none|selective|full"),
     ("attn", _S, "--attn", "sdpa|flash|eager"),
     ("loop", _S, "--loop", "trainer (HF Trainer/TRL/torchtitan/Megatron: output dropped before backward) | "
@@ -48,6 +50,11 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("no_sp", _B, "--no-sp", "fsdp2 with --tp: tensor parallelism without SequenceParallel"),
     ("no_loss_parallel", _B, "--no-loss-parallel", "fsdp2 with --tp: full logits on every rank"),
     ("zero", _I, "--zero", "0-3 (deepspeed), 2|3 (fsdp2), 1 = distributed optimizer (megatron)"),
+    ("grad_reduce_16bit", _B, "--grad-reduce-16bit", "megatron: 16-bit main-grad buffer, reduced in 16 bits "
+                                                      "(grad_reduce_in_fp32=False, --grad-reduce-in-bf16) [fp32]"),
+    ("fp8_params", _B, "--fp8-params", "megatron fp8: layer weights stored in fp8 (--fp8-param-gather; --zero 1)"),
+    ("megatron_deepspeed", _B, "--megatron-deepspeed", "megatron with --pp: DeepSpeed's PipelineEngine and "
+                                                        "BF16_Optimizer run the step (Megatron-DeepSpeed)"),
     ("offload", _S, "--offload", "none|optimizer|optimizer+params"),
     ("lora_rank", _I, "--lora-rank", "LoRA rank; 0 = full fine-tuning"),
     ("lora_targets", _S, "--lora-targets", "comma list of module names (PEFT's), or all-linear"),

@@ -112,18 +112,74 @@ def _export(req, result, target: str, out_dir: str) -> dict:  # noqa: ANN001
     from pathlib import Path
 
     from trainmem.errors import ConfigError
-    from trainmem.export import ExportTarget, can_export, export_files, write_export
+    from trainmem.export import export_files, write_export
 
     for p in result.plans:
-        if len(p.shares) == 1 and can_export(p.shares[0].setup, target, req.spec) is None:
-            share = p.shares[0]
-            group = next(g for g in req.cluster.groups if g.gpu.name == share.gpu)
-            tgt = ExportTarget(model_ref=_model_ref(req.spec), nodes=-(-share.gpus // group.gpus_per_node),
-                               gpus_per_node=min(group.gpus_per_node, share.gpus))
-            files = export_files(req.spec, share.setup, tgt, target)
+        got = _export_target(req, p, target)
+        if got is not None:
+            setup, tgt, placement = got
+            files = _with_placement(export_files(req.spec, setup, tgt, target), placement)
             paths = write_export(files, Path(out_dir))
             return {"engine": target, "files": [str(x) for x in paths], "plan": p.to_dict()}
     raise ConfigError(f"--export {target}: none of the plans found is one {target} can run")
+
+
+def _export_target(req, p, target: str):  # noqa: ANN001, ANN202 - (setup, ExportTarget, placement lines) | None
+    """What ``target`` needs to run plan ``p`` (one GPU type, or one pipeline over types with its layer
+    split), or None if it cannot."""
+    import math
+
+    from trainmem.export import ExportTarget, can_export
+
+    groups = {g.gpu.name: g for g in req.cluster.groups}
+    if len(p.shares) == 1:
+        share = p.shares[0]
+        if can_export(share.setup, target, req.spec) is not None:
+            return None
+        group = groups[share.gpu]
+        return share.setup, ExportTarget(model_ref=_model_ref(req.spec), nodes=-(-share.gpus // group.gpus_per_node),
+                                         gpus_per_node=min(group.gpus_per_node, share.gpus)), []
+    if p.layout is None:
+        return None
+    setup, split = p.shares[0].setup, p.layout.layers_per_stage
+    if can_export(setup, target, req.spec, split) is not None:
+        return None
+    per = math.gcd(*(min(groups[s.gpu].gpus_per_node, s.gpus) for s in p.shares))
+    tgt = ExportTarget(model_ref=_model_ref(req.spec), nodes=setup.gpus // per, gpus_per_node=per, layers_per_stage=split)
+    return setup, tgt, _placement_lines(p, per)
+
+
+def _placement_lines(p, per: int) -> list[str]:  # noqa: ANN001
+    """Comment lines saying which GPUs run which pipeline stages, and in which order to start them."""
+    lo, w = p.layout, p.shares[0].setup.dp * p.shares[0].setup.tp * p.shares[0].setup.cp
+    lines = ["pipeline stages on different GPU types (trainmem plan; pp is the outermost rank dimension of",
+             "Megatron-LM and torchtitan, so ranks [j*w, (j+1)*w) run stage j, w = dp*tp*cp = " + f"{w}):"]
+    for i, t in enumerate(lo.types):
+        r = lo.stages_of(i)
+        ranks = range(r.start * w, r.stop * w)
+        a, b = ranks.start // per, (ranks.stop - 1) // per
+        lines.append(f"  ranks {ranks.start}-{ranks.stop - 1} (stage{'s' if len(r) > 1 else ''} {r.start}"
+                     f"{'-' + str(r.stop - 1) if len(r) > 1 else ''}): {t}, {lo.layers[i]} layers per stage, "
+                     + (f"launch group (NODE_RANK) {a}" if a == b else f"launch groups (NODE_RANK) {a}-{b}"))
+    lines.append(f"each launch group runs {per} processes (--nproc-per-node); start them on the GPUs of that type")
+    return lines
+
+
+def _with_placement(files: dict[str, str], lines: list[str]) -> dict[str, str]:
+    """The files with ``lines`` as a comment block after the first line of each script / config."""
+    if not lines:
+        return files
+    block = "".join(f"# {ln}\n" for ln in lines)
+    out = {}
+    for name, text in files.items():
+        if not name.endswith((".sh", ".toml", ".yaml", ".py")):
+            out[name] = text
+        elif text.startswith("#!"):
+            first, _, rest = text.partition("\n")
+            out[name] = f"{first}\n{block}{rest}"
+        else:
+            out[name] = block + text
+    return out
 
 
 def _model_ref(spec) -> str:  # noqa: ANN001

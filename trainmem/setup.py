@@ -9,6 +9,8 @@ engine             torch           plain PyTorch/transformers loop (DDP when dp 
 precision          amp-bf16        (torch/fsdp2); mixed-bf16 for deepspeed/megatron; fp8 (megatron:
                                    Transformer Engine, fsdp2: torchao float8) = the bf16 recipe + fp8 matmuls
 optimizer          adamw           torch.optim.AdamW, foreach, weight decay 0.01
+optimizer_impl     foreach         foreach (torch.optim's CUDA default) | fused (HF Trainer's adamw_torch_fused
+                                   with torch >= 2.8, torchtitan's default): torch/fsdp2 adam(w)/sgd only
 seq_len            2048            tokens per sequence
 micro_batch        1               sequences per micro-batch per data-parallel rank
 grad_accum         1               micro-batches per optimizer step
@@ -27,6 +29,11 @@ sp                 engine default  sequence parallelism: megatron off unless --s
 loss_parallel      engine default  vocab-sharded logits with tp > 1: megatron always, fsdp2 unless
                                    --no-loss-parallel (torchtitan's loss_parallel)
 zero               engine default  torch 0, fsdp2 3, deepspeed 0, megatron 0
+grad_reduce_16bit  False           megatron: the main-grad buffer in the parameters' 16-bit dtype
+                                   (Megatron-Core grad_reduce_in_fp32=False), not fp32
+fp8_params         False           megatron fp8: layer weights stored in fp8 (--fp8-param-gather)
+megatron_deepspeed False           megatron with pp > 1: DeepSpeed's PipelineEngine runs the step (Megatron-DeepSpeed:
+                                   blocking pipeline sends, BF16_Optimizer, gradient all-reduce after the flush)
 offload            none            none | optimizer | optimizer+params
 lora_rank          0               0 = full fine-tuning
 qlora              False           NF4 base weights (needs lora_rank > 0)
@@ -47,11 +54,14 @@ if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
 
 __all__ = ["TrainingSetup", "make_setup", "validate_for_model", "Engine", "Precision", "Optimizer",
-           "Recompute", "Attn", "Offload", "Loop", "Loss", "RECIPES", "FP8_BASE", "DEFAULT_LORA_TARGETS"]
+           "OptimizerImpl", "Recompute", "Attn", "Offload", "Loop", "Loss", "RECIPES", "FP8_BASE", "DEFAULT_LORA_TARGETS"]
 
 Engine = Literal["torch", "fsdp2", "deepspeed", "megatron"]
 Precision = Literal["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "fp8"]
 Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adamw-8bit", "adafactor", "lion"]
+OptimizerImpl = Literal["foreach", "fused"]
+#: torch.optim optimizers with a fused kernel (torch/optim/adamw.py, adam.py, sgd.py ``_fused_*``).
+FUSED_OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum")
 Recompute = Literal["none", "selective", "full"]
 Attn = Literal["sdpa", "flash", "eager"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
@@ -84,6 +94,7 @@ class TrainingSetup(BaseModel):
     engine: Engine = "torch"
     precision: Precision | None = None
     optimizer: Optimizer = "adamw"
+    optimizer_impl: OptimizerImpl = "foreach"
     seq_len: int = Field(2048, ge=1)
     micro_batch: int = Field(1, ge=1)
     grad_accum: int = Field(1, ge=1)
@@ -104,6 +115,18 @@ class TrainingSetup(BaseModel):
     loss_parallel: bool | None = None
     no_loss_parallel: bool = False
     zero: int | None = Field(None, ge=0, le=3)
+    grad_reduce_16bit: bool = False
+    """megatron: gradients accumulate and reduce in the parameters' 16-bit dtype (Megatron-Core
+    ``DistributedDataParallelConfig.grad_reduce_in_fp32=False``; Megatron-LM ``--grad-reduce-in-bf16``, or
+    ``--fp16`` without ``--accumulate-allreduce-grads-in-fp32``); default: an fp32 main-grad buffer."""
+    fp8_params: bool = False
+    """megatron fp8: the transformer layers' linear weights are stored as fp8 tensors (Megatron-LM
+    ``--fp8-param-gather``, Megatron-Bridge ``fp8_param_gather``); needs the distributed optimizer."""
+    megatron_deepspeed: bool = False
+    """megatron with pp > 1: Megatron-LM's model code trained by DeepSpeed's ``PipelineEngine`` (Megatron-DeepSpeed,
+    as BLOOM and MT-NLG ran): the step-time model applies trainmem.perf.deepspeed_pipe (blocking pipeline
+    sends, BF16_Optimizer's per-micro-batch fp32 accumulation, gradient all-reduce after the flush); memory is
+    the megatron engine's (``zero`` 1 = BF16_Optimizer's sharded fp32 state)."""
     offload: Offload = "none"
     lora_rank: int = Field(0, ge=0)
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
@@ -182,6 +205,17 @@ class TrainingSetup(BaseModel):
                 raise ValueError("megatron offloads the optimizer only (--optimizer-cpu-offload), with the distributed optimizer (--zero 1)")
             if self.optimizer == "adamw-8bit":
                 raise ValueError("adamw-8bit (bitsandbytes) cannot be offloaded")
+        if self.grad_reduce_16bit and (e != "megatron" or p == "fp32"):
+            raise ValueError("--grad-reduce-16bit is a megatron option for 16-bit and fp8 recipes "
+                             "(Megatron-Core grad_reduce_in_fp32=False)")
+        if self.fp8_params and (e != "megatron" or p != "fp8"):
+            raise ValueError("--fp8-params needs --engine megatron with --precision fp8 (--fp8-param-gather)")
+        if self.fp8_params and self.zero != 1:
+            raise ValueError("--fp8-params needs the distributed optimizer (--zero 1): Megatron-LM asserts it "
+                             "for --fp8-param-gather")
+        if self.megatron_deepspeed and (e != "megatron" or self.pp == 1):
+            raise ValueError("--megatron-deepspeed is DeepSpeed's PipelineEngine under Megatron's model: it needs "
+                             "--engine megatron and --pp > 1")
         if self.loss != "hf" and e == "megatron":
             raise ValueError(f"--loss {self.loss}: Megatron runs its own fused vocab-parallel cross-entropy; use --loss hf")
         if self.loss != "hf" and self.loss_parallel:
@@ -189,6 +223,11 @@ class TrainingSetup(BaseModel):
                              "(loss parallel); use --loss hf, or --no-loss-parallel")
         if self.loop == "script" and e == "megatron":
             raise ValueError("--loop script: Megatron's schedule returns the loss, never the logits; use --loop trainer")
+        if self.optimizer_impl == "fused" and e in ("deepspeed", "megatron"):
+            raise ValueError(f"--optimizer-impl is a torch.optim choice (torch, fsdp2); {e} runs its own fused optimizer")
+        if self.optimizer_impl == "fused" and self.optimizer not in FUSED_OPTIMIZERS:
+            raise ValueError(f"--optimizer-impl fused: torch.optim has fused kernels for {', '.join(FUSED_OPTIMIZERS)}, "
+                             f"not {self.optimizer}")
         if self.qlora and self.lora_rank == 0:
             raise ValueError("--qlora needs --lora-rank > 0")
         if self.lora_rank and e == "megatron":

@@ -16,7 +16,8 @@ __all__ = ["register", "NOT_TRACED"]
 #: What ``trainmem.trace.support.check_traceable`` refuses (exit 2), shown under ``trace --help``; keep the two
 #: in step.
 NOT_TRACED = ("Not traced yet (exit code 2; use `trainmem estimate`): --engine deepspeed or megatron; "
-              "--pp, --cp, --ep > 1 (so --vpp); --tp > 1 except fsdp2 on dense llama-style models; "
+              "--pp, --ep > 1 (so --vpp); --tp > 1 except fsdp2 on dense llama-style models; --cp > 1 except fsdp2 "
+              "on causal llama-style models with sdpa in 16 bits, without tp/pp; "
               "--dp > 1 with --engine torch; --offload; --qlora; --lora-rank except with --engine torch; "
               "--optimizer adamw-8bit; --attn flash; --recompute selective; --engine fsdp2 with --precision "
               "amp-fp16; --loss chunked/fused-linear on encoders and softcapped models.")

@@ -159,3 +159,20 @@ def test_the_flag_check_can_fail(bad: str, why: str) -> None:
     text = "MODEL_ARGS=(\n  " + bad + "\n)\nDATA_ARGS=(\n  --mock-data\n)\ntorchrun --nnodes 1 --nproc-per-node 1 x\n"
     with pytest.raises(AssertionError, match=why):
         megatron_script(text)
+
+
+@pytest.mark.parametrize("precision,fields,present,absent", [
+    ("mixed-bf16", dict(grad_reduce_16bit=True), ["--bf16", "--grad-reduce-in-bf16"], []),
+    ("mixed-fp16", dict(grad_reduce_16bit=True), ["--fp16"], ["--accumulate-allreduce-grads-in-fp32"]),
+    ("fp8", dict(grad_reduce_16bit=True, fp8_params=True), ["--grad-reduce-in-bf16", "--fp8-param-gather"], []),
+    ("mixed-bf16", {}, ["--bf16"], ["--grad-reduce-in-bf16", "--fp8-param-gather"]),
+])
+def test_16bit_main_grads_and_fp8_weights(precision: str, fields: dict, present: list[str], absent: list[str]) -> None:
+    """NeMo / Megatron-Bridge performance recipes' grad_reduce_in_fp32=False and fp8_param_gather, as
+    Megatron-LM core_v0.19.0 flags (arguments.py: --grad-reduce-in-bf16, --fp8-param-gather)."""
+    _, _, files = export("llama-3.1-8b", "megatron", 1, 8, engine="megatron", tp=2, zero=1, precision=precision,
+                         micro_batch=1, grad_accum=4, **fields)
+    launcher, a = megatron_script(files["megatron_args.sh"])
+    validate(launcher, a)
+    assert all(f in a for f in present), present
+    assert not any(f in a for f in absent), absent

@@ -121,14 +121,21 @@ def test_deepspeed_fp32_gradients_are_fp32(zero: int) -> None:
 
 def test_fp8_megatron_adds_the_te_weight_cache() -> None:
     """fp8 under Megatron = mixed-bf16 + an fp8 weight and its transpose per transformer-layer weight
-    (2 B per local matmul parameter); torchtitan's float8 caches nothing."""
+    (2 B per local matmul parameter), less what TE's fp8 linears no longer save in bf16 (their inputs
+    kept as 1-B fp8, trainmem/memory/megatron_activations.py) in every layer alive at the peak;
+    torchtitan's float8 caches nothing."""
     from trainmem.api import build
+    from trainmem.memory.activations import layer_saved
     from trainmem.memory.states import rank_params
     spec, s8 = build("llama-3.1-8b", engine="megatron", precision="fp8", gpus=8, tp=2)
     _, s16 = build("llama-3.1-8b", engine="megatron", precision="mixed-bf16", gpus=8, tp=2)
     layer_mm = sum(rank_params(spec, s16, 0).layer_matmul)
-    d = estimate(spec, s8).peak_allocated_bytes - estimate(spec, s16).peak_allocated_bytes
-    assert d == 2 * layer_mm
+    e8, e16 = estimate(spec, s8), estimate(spec, s16)
+    assert e8.breakdown_at_peak_bytes["parameters"] - e16.breakdown_at_peak_bytes["parameters"] == 2 * layer_mm
+    fewer = layer_saved(spec, s16, 0).total_bytes - layer_saved(spec, s8, 0).total_bytes
+    assert fewer > 0 and e8.peak_phase == e16.peak_phase == "backward mb0"
+    d = e8.peak_allocated_bytes - e16.peak_allocated_bytes
+    assert d == 2 * layer_mm - spec.num_layers * fewer
     _, f8 = build("llama-3.1-8b", engine="fsdp2", precision="fp8", gpus=8)
     _, f16 = build("llama-3.1-8b", engine="fsdp2", precision="amp-bf16", gpus=8)
     assert estimate(spec, f8).peak_allocated_bytes == estimate(spec, f16).peak_allocated_bytes

@@ -45,7 +45,15 @@ def test_fused_linear_never_materialises_logits() -> None:
     assert lb.logits_bytes == 0 and lb.grad_logits_bytes == 0
     assert lb.kept_bytes == 2 * T * H                      # grad_input, bf16
     assert lb.head_grad_in_forward_bytes == 2 * V * H      # grad_weight, weight dtype
-    assert lb.forward_transient_bytes == 2 * 512 * V + (2 + 4) * V * H
+    # the final hidden state (held by the model's forward), one chunk's logits, the bf16 V·H product and its
+    # fp32 copy, and 13 B per token (contiguous shifted labels, loss_1d, the ignore mask)
+    assert lb.forward_transient_bytes == 2 * T * H + 2 * 512 * V + (2 + 4) * V * H + 13 * T
+    # under autocast: fp32 grad_input (the final hidden state's dtype); the weight's cached 16-bit cast and
+    # the uncached cast of its transposed view; grad_weight accumulated by addmm(out_dtype=fp32), no product
+    amp = loss_buffers(*build("llama-3.1-8b", seq_len=8192, micro_batch=2, precision="amp-bf16",
+                              loss="fused-linear")[:2])
+    assert amp.kept_bytes == 4 * T * H and amp.head_grad_in_forward_bytes == 4 * V * H
+    assert amp.forward_transient_bytes == 4 * T * H + 2 * 512 * V + 2 * 2 * V * H + 2 * 512 * H + 13 * T
     peaks = {loss: estimate(*build("llama-3.1-8b", seq_len=8192, micro_batch=2, precision="bf16", loss=loss)[:2])
              .peak_allocated_bytes for loss in ("hf", "chunked", "fused-linear")}
     assert peaks["fused-linear"] < peaks["chunked"] < peaks["hf"]

@@ -65,25 +65,43 @@ def test_lower_bound_never_above_the_estimate(gpus: int, gb: int, seq: int) -> N
         assert states_lower_bound_bytes(spec, k, prec, "adamw") <= estimate(spec, s).peak_allocated_bytes
 
 
+@settings(max_examples=16, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(pool=st.sampled_from(["4xRTX-4090-24G", "8xA100-SXM-40G", "2xH100-SXM-80G", "8xRTX-3090-24G"]),
+       gb=st.sampled_from([8, 16, 32]), seq=st.sampled_from([1024, 4096]), margin=st.sampled_from([0.0, 0.05, 0.2]),
+       model=st.sampled_from(["qwen2.5-0.5b", "llama-3.2-1b", "qwen1.5-moe-a2.7b", "llama-3.1-8b"]))
+def test_the_bound_never_drops_a_configuration_that_fits(pool: str, gb: int, seq: int, margin: float, model: str) -> None:
+    """bounded_out (model states, resident gradient buffers, the in-flight micro-batches' activations and the
+    last stage's logits, with the margin) refuses only what the estimate refuses."""
+    spec, _ = build(model, seq_len=seq)
+    req = _request(spec, pool, gb, seq, margin=margin)
+    gs = GroupSearch(req, req.cluster.groups[0])
+    lim = SpaceLimits(gpus=req.cluster.total_gpus, gpus_per_node=8, global_batch=gb, seq_len=seq)
+    for k in list(configurations(spec, lim))[::7]:
+        s = gs.setup(k)
+        if s is not None and gs.bounded_out(k):
+            assert not fits_with_margin(estimate(spec, s), margin), k
+
+
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(pool=st.sampled_from(["4xRTX-4090-24G", "8xA100-SXM-40G", "2xH100-SXM-80G"]), gb=st.sampled_from([8, 16]),
-       seq=st.sampled_from([1024, 4096]), model=st.sampled_from(["qwen2.5-0.5b", "llama-3.2-1b", "qwen1.5-moe-a2.7b"]))
-def test_the_bound_never_drops_a_configuration_that_fits(pool: str, gb: int, seq: int, model: str) -> None:
-    """bounded_out (model states + one micro-batch's activations) refuses only what the estimate refuses."""
+@given(pool=st.sampled_from(["8xH100-SXM-80G", "16xA100-SXM-40G", "4xRTX-4090-24G"]), gb=st.sampled_from([16, 64]),
+       seq=st.sampled_from([2048, 8192]), model=st.sampled_from(["llama-3.2-1b", "qwen1.5-moe-a2.7b", "llama-3.1-8b"]))
+def test_the_optimistic_speed_is_never_below_the_predicted_one(pool: str, gb: int, seq: int, model: str) -> None:
+    """The search's lazy order is exact only if a configuration's optimistic key (grad_accum + bubble micro-
+    batches of the slowest stage + the host overhead) never undercuts trainmem.perf's own step time."""
     spec, _ = build(model, seq_len=seq)
     req = _request(spec, pool, gb, seq)
     gs = GroupSearch(req, req.cluster.groups[0])
-    lim = SpaceLimits(gpus=req.cluster.total_gpus, gpus_per_node=8, global_batch=gb, seq_len=seq)
-    for k in list(configurations(spec, lim))[::5]:
-        s = gs.setup(k)
-        if s is not None and gs.bounded_out(k):
-            assert estimate(spec, s).device_total_bytes > gs.memory_budget, k
-
-
-def _brute_force_best(req: PlanRequest) -> float:
-    gs = GroupSearch(req, req.cluster.groups[0])
-    best = 0.0
     lim = SpaceLimits(gpus=req.cluster.total_gpus, gpus_per_node=req.cluster.groups[0].gpus_per_node,
+                      global_batch=gb, seq_len=seq)
+    for k in list(configurations(spec, lim))[::11]:
+        assert gs.optimistic_tokens_per_second(k) >= gs.time_of(k).tokens_per_second * (1 - 1e-12), k
+
+
+def _brute_force_best(req: PlanRequest, group_index: int = 0) -> float:
+    group = req.cluster.groups[group_index]
+    gs = GroupSearch(req, group)
+    best = 0.0
+    lim = SpaceLimits(gpus=group.count, gpus_per_node=group.gpus_per_node,
                       global_batch=req.global_batch, seq_len=req.seq_len)
     for k in configurations(req.spec, lim):
         s = gs.setup(k)
@@ -105,6 +123,40 @@ def test_best_plan_is_the_best_of_the_whole_space(pool: str, gb: int, seq: int, 
     req = _request(spec, pool, gb, seq, top=1)
     got = plan(req).plans[0]
     assert got.tokens_per_second == pytest.approx(_brute_force_best(req), rel=1e-9)
+
+
+def _brute_force_mixed(req: PlanRequest) -> float:
+    """The fastest plan of a mixed pool without the search's bounds: every configuration of each type alone
+    estimated, every same-layout structure over the whole pool, every staged candidate (all recompute)."""
+    from dataclasses import replace
+
+    from trainmem.plan.mixed import _mixed_for_structure, _structures
+    from trainmem.plan.stages import _candidates, _Staged
+    best = max(_brute_force_best(req, i) for i in range(len(req.cluster.groups)))
+    searches = [GroupSearch(req, g) for g in req.cluster.groups]
+    for k in _structures(req, searches):
+        best = max([best] + [p.tokens_per_second for p in _mixed_for_structure(req, searches, k)])
+    st = _Staged(req, searches)
+    for rc in ("none", "selective", "full"):
+        for c in _candidates(replace(req, fixed={"recompute": rc}), searches):
+            p, _ = st.evaluate(c)
+            if p is not None:
+                best = max(best, p.tokens_per_second)
+    return best
+
+
+@pytest.mark.parametrize("pool, gb, seq", [
+    ("4xA100-SXM-80G,4xRTX-4090-24G", 8, 2048),  # the A100s alone win
+    ("2xH100-SXM-80G,2xA100-SXM-40G", 32, 2048),  # one pipeline over both types wins
+    ("2xRTX-4090-24G,2xRTX-3090-24G", 16, 4096),  # the same, on 24 GB cards
+])
+def test_mixed_pool_best_plan_is_the_best_of_the_whole_space(pool: str, gb: int, seq: int) -> None:
+    """Mixed pools: the bounded search (each type alone, same-layout plans over the pool, one pipeline over
+    the types with uneven stages) returns the fastest plan that building every one of them finds."""
+    spec, _ = build("qwen2.5-0.5b", seq_len=seq)
+    req = _request(spec, pool, gb, seq, top=1)
+    got = plan(req).plans[0]
+    assert got.tokens_per_second == pytest.approx(_brute_force_mixed(req), rel=1e-9)
 
 
 def test_memory_pressure_forces_the_search_to_refuse_the_fastest() -> None:
@@ -131,13 +183,18 @@ def test_every_plan_fits_with_the_margin(layers: int, hidden: int, pool: str, gb
     except ConfigError:
         return  # nothing fits (or no data-parallel degree divides the batch): said in one line
     for p in r.plans:
-        total = 0
-        for s in p.shares:
-            est = estimate(spec, s.setup)
-            assert est.peak_allocated_bytes == s.memory.peak_allocated_bytes
-            assert fits_with_margin(est, margin)
-            total += s.knobs.dp * s.knobs.micro_batch * s.knobs.grad_accum
-        assert total == gb
+        if p.layout is not None:  # one pipeline over the types: each stage on its own GPU
+            from trainmem.plan.stages import stage_estimate
+            by_type = {s.gpu: s for s in p.shares}
+            for j, t in enumerate(p.layout.stage_types):
+                est = stage_estimate(spec, by_type[t].setup, p.layout.layers_per_stage, j)
+                assert fits_with_margin(est, margin) and est.device_total_bytes <= by_type[t].memory.device_total_bytes
+        else:
+            for s in p.shares:
+                est = estimate(spec, s.setup)
+                assert est.peak_allocated_bytes == s.memory.peak_allocated_bytes
+                assert fits_with_margin(est, margin)
+        assert p.global_batch == gb
     speeds = [p.tokens_per_second for p in r.plans]
     assert speeds == sorted(speeds, reverse=True)
 
@@ -178,10 +235,10 @@ def test_mixed_pool_preserves_the_batch_and_each_type_fits_its_own_memory() -> N
     req = _request(spec, "8xA100-SXM-80G,8xA100-SXM-40G", 96, 2048, top=10)
     plans, info = mixed_plans(req, [GroupSearch(req, g) for g in req.cluster.groups])
     assert info["best_whole_pool"] is not None
-    whole = [p for p in plans if len(p.shares) == 2]
+    whole = [p for p in plans if len(p.shares) == 2 and p.layout is None]
     assert whole, "plans over both types"
     for p in whole:
-        assert sum(s.knobs.dp * s.knobs.micro_batch * s.knobs.grad_accum for s in p.shares) == 96
+        assert sum(s.knobs.dp * s.knobs.micro_batch * s.knobs.grad_accum for s in p.shares) == 96 == p.global_batch
         for s in p.shares:
             assert s.memory.gpu_memory_bytes == parse_cluster(f"1x{s.gpu}").groups[0].gpu.memory_bytes
             assert fits_with_margin(estimate(spec, s.setup), 0.05)
@@ -211,3 +268,25 @@ def test_min_gpus_is_minimal() -> None:
     if got.gpus > 1:
         with pytest.raises(ConfigError):
             plan(_request(spec, f"{got.gpus - 1}xRTX-4090-24G", 16, 4096))
+
+
+def test_megatron_selective_refusal_does_not_imply_no_recompute_refused() -> None:
+    """Megatron's selective recompute can hold more than no recompute (fused attention keeps nothing s²; the
+    checkpoint's v view keeps the fused qkv buffer), so refusing it must not rule out recompute none."""
+    from trainmem.plan.space import Knobs
+    spec, _ = build("llama-3.1-8b", seq_len=4096)
+    none_ = estimate(spec, make_setup(engine="megatron", gpus=8, tp=2, zero=1, seq_len=4096, micro_batch=2))
+    sel = estimate(spec, make_setup(engine="megatron", gpus=8, tp=2, zero=1, seq_len=4096, micro_batch=2,
+                                    recompute="selective"))
+    assert sel.peak_allocated_bytes > none_.peak_allocated_bytes  # the premise, from the estimator itself
+    req = PlanRequest(spec=spec, cluster=parse_cluster("8xH100-SXM-80G"), global_batch=64, seq_len=4096)
+    gs = GroupSearch(req, req.cluster.groups[0])
+    k = Knobs(engine="megatron", dp=4, tp=2, pp=1, vpp=1, cp=1, ep=1, zero=1, recompute="selective", offload="none",
+              micro_batch=2, grad_accum=8)
+    gs._refuse(k)  # noqa: SLF001
+    from dataclasses import replace
+    assert gs.implied_refused(replace(k, micro_batch=4))
+    assert not gs.implied_refused(replace(k, recompute="none"))
+    f = replace(k, engine="fsdp2", zero=3)
+    gs._refuse(f)  # noqa: SLF001
+    assert gs.implied_refused(replace(f, recompute="none"))  # torch/fsdp2: monotonic (tests/memory/test_properties.py)

@@ -86,6 +86,21 @@ def test_compare_json_contract(capsys) -> None:
     assert opts["gradient accumulation ×2 (same global batch)"]["saves_bytes"] > 0
 
 
+def test_compare_offers_the_fused_optimizer_by_its_temporary(capsys) -> None:
+    """Peak at the foreach step (full recompute, short sequence): the fused kernel saves that step's
+    state-sized temporary, one bf16 copy of the parameters; a fused setup is not offered it again."""
+    argv = ["compare", "qwen2.5-0.5b", "--precision", "bf16", "--seq-len", "512", "--recompute", "full", "--json"]
+    rc, out, _ = run(argv, capsys)
+    assert rc == 0
+    d = json.loads(out)
+    opts = {o["technique"]: o for o in d["options"]}
+    fused = opts["fused optimizer (fused=True, adamw_torch_fused)"]
+    n = 494_032_768  # Qwen2.5-0.5B (tied embedding)
+    assert fused["saves_bytes"] > 0.5 * 2 * n and fused["setup"]["optimizer_impl"] == "fused"
+    rc, out, _ = run(argv[:-1] + ["--optimizer-impl", "fused", "--json"], capsys)
+    assert not any(o["technique"].startswith("fused optimizer") for o in json.loads(out)["options"])
+
+
 @pytest.mark.parametrize("args, needle", [
     (["plan", "llama-3.1-8b", "--global-batch", "8"], "--cluster is required"),
     (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G"], "--global-batch is required"),

@@ -32,3 +32,19 @@ def make_spec(hf_config: dict, architecture: str = "LlamaForCausalLM", name: str
         params=ParamCounts(embedding=0, position_embedding=0, layers=(layer,) * L, final_norm=0, lm_head=0),
         hf_config=dict(c),
     )
+
+
+def assert_matches_trace(spec: ModelSpec, setup, tol: float = 0.01):  # noqa: ANN001, ANN201 - a Comparison
+    """The estimate-vs-trace check of the parallel-path tests: the peak within ``tol``, and parameters and
+    optimizer states equal up to the trace's per-tensor 512-B rounding (and FSDP2's dim-0 shard padding)."""
+    import pytest
+
+    from trainmem.trace.compare import compare
+
+    cmp = compare(spec, setup)
+    assert abs(cmp.peak_error) < tol, cmp.to_dict()
+    rows = {c: (e, t) for c, e, t, _ in cmp.rows()}
+    for cat in ("parameters", "optimizer_states"):
+        e, t = rows[cat]
+        assert e == pytest.approx(t, rel=0.002, abs=16 * 1024), (cat, e, t)
+    return cmp

@@ -54,6 +54,13 @@ CASES = [
     ("qwen3", dict(precision="amp-bf16", seq_len=256, micro_batch=2, loss="fused-linear")),
     ("mistral-window", dict(precision="bf16", seq_len=256, micro_batch=4, loss="fused-linear")),
     ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, grad_accum=2, loss="fused-linear")),
+    # tied head (qwen2): Liger's grad_weight is the embedding's .grad; later micro-batches hold it to the end
+    ("qwen2", dict(precision="amp-bf16", seq_len=256, micro_batch=4, grad_accum=2, loss="fused-linear")),
+    ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, engine="fsdp2", gpus=2, loss="fused-linear")),
+    ("llama-gqa", dict(precision="amp-bf16", seq_len=256, micro_batch=4, recompute="full", loss="fused-linear")),
+    # chunked: k weight-gradient contributions summed in place; loop script; FSDP2
+    ("llama-gqa", dict(precision="bf16", seq_len=256, micro_batch=4, loss="chunked", loss_chunks=16, loop="script")),
+    ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, engine="fsdp2", gpus=2, loss="chunked")),
 ]
 
 
@@ -75,8 +82,8 @@ CASE_TOL = {
 }
 
 
-# fused-linear in pure bf16 on Qwen2's toy: -1.4 % (the emulated Liger function's chunk temporaries)
-CASE_TOL[("qwen2", "bf16", "none", "sdpa", "fused-linear")] = 0.015
+# the losses under full recompute share the recompute residual above (+1.9 %, as with the HF loss)
+CASE_TOL[("llama-gqa", "amp-bf16", "full", "sdpa", "fused-linear")] = 0.03
 
 
 def _tol(fam: str, kw: dict) -> float:
@@ -98,3 +105,36 @@ def test_estimate_matches_trace(fam: str, kw: dict) -> None:
         # one block per category here vs one 512-B-rounded tensor per parameter (and FSDP2's dim-0
         # padding of each shard) in the trace: a few KiB on these toys
         assert e == pytest.approx(t, rel=0.002, abs=16 * 1024), (cat, e, t)
+
+
+def test_head_weight_gradients_are_summed_in_place() -> None:
+    """A tied weight's two gradients meet in autograd's InputBuffer, which adds the second into the first in
+    place on plain tensors (torch/csrc/autograd/input_buffer.cpp); fake tensors add out of place, which the
+    tracer undoes (trace/step.py ``_HeadGradInPlace``): the first gradient's storage becomes the .grad and
+    no third V·h buffer exists."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from trainmem.trace.step import _HeadGradInPlace
+    from trainmem.trace.tracker import StorageTracker
+
+    size = 1024 * 1024 * 4
+    peaks = {}
+    for emulate in (False, True):
+        with FakeTensorMode():
+            tr = StorageTracker()
+            with tr:
+                mode = _HeadGradInPlace(lambda: "backward[0]")
+                with mode:
+                    w = torch.nn.Parameter(torch.zeros(1024, 1024))
+                    if emulate:
+                        mode.shapes.add(tuple(w.shape))
+                    e = torch.nn.functional.embedding(torch.randint(0, 1024, (8,)), w)
+                    loss = torch.nn.functional.linear(e * 2, w).sum()
+                    tr.start_recording("backward[0]")
+                    loss.backward()
+                    tr.stop_recording()
+            big = [lf for lf in tr.lives if lf.nbytes >= size and lf.phase == "backward[0]"]
+            peaks[emulate] = (tr.peak // size, len(big), mode.calls)
+    assert peaks[False] == (4, 3, 0)   # w, the head's gradient, the embedding's, their out-of-place sum
+    assert peaks[True] == (3, 2, 1)    # w, the head's gradient (now w.grad), the embedding's

@@ -13,8 +13,8 @@ from tests.memory.tiny_configs import TINY  # noqa: E402
 from trainmem.errors import UnsupportedError  # noqa: E402
 from trainmem.model.hf import spec_from_hf_config  # noqa: E402
 from trainmem.setup import make_setup  # noqa: E402
-from trainmem.trace.compare import compare  # noqa: E402
 from trainmem.trace.support import check_traceable  # noqa: E402
+from tests.trace._specs import assert_matches_trace  # noqa: E402
 
 _SHAPE = dict(engine="fsdp2", seq_len=256, micro_batch=4)
 # (family, setup) — "llama" has 8 kv heads (tp 8 splits whole heads), "llama-gqa" 2.
@@ -43,13 +43,7 @@ def _id(fam: str, kw: dict) -> str:
 
 @pytest.mark.parametrize("fam,kw", CASES, ids=[_id(f, k) for f, k in CASES])
 def test_tp_estimate_matches_trace(fam: str, kw: dict) -> None:
-    spec = spec_from_hf_config(_CONFIGS[fam], name=fam)
-    cmp = compare(spec, make_setup(**{**_SHAPE, **kw}))
-    assert abs(cmp.peak_error) < 0.01, cmp.to_dict()
-    rows = {c: (e, t) for c, e, t, _ in cmp.rows()}
-    for cat in ("parameters", "optimizer_states"):
-        e, t = rows[cat]
-        assert e == pytest.approx(t, rel=0.002, abs=16 * 1024), (cat, e, t)
+    cmp = assert_matches_trace(spec_from_hf_config(_CONFIGS[fam], name=fam), make_setup(**{**_SHAPE, **kw}))
 
 
 def test_tp_sequence_parallel_and_loss_parallel_show_in_the_trace() -> None:

@@ -36,13 +36,17 @@ def _module(engine: str):  # noqa: ANN202 - one of the exporter modules
     return _MODULES[engine]
 
 
-def can_export(setup: TrainingSetup, engine: str, spec: ModelSpec | None = None) -> str | None:
+def can_export(setup: TrainingSetup, engine: str, spec: ModelSpec | None = None,
+               split: tuple[int, ...] = ()) -> str | None:
     """None if ``engine``'s exporter can run ``setup`` exactly as estimated, else a one-line reason. With
-    ``spec``, the model's shape is checked too (Megatron-LM and torchtitan build their own models)."""
+    ``spec``, the model's shape is checked too (Megatron-LM and torchtitan build their own models), and with
+    ``split`` the planner's layers per pipeline stage (``ExportTarget.layers_per_stage``)."""
     mod = _module(engine)
     why = mod.reason(setup)
+    if why is None and split and not hasattr(mod, "model_reason"):
+        why = f"the {engine} exporter has no uneven pipeline stages"
     if why is None and spec is not None and hasattr(mod, "model_reason"):
-        why = mod.model_reason(spec, setup)
+        why = mod.model_reason(spec, setup, split) if split else mod.model_reason(spec, setup)
     return why
 
 
@@ -50,7 +54,7 @@ def export_files(spec: ModelSpec, setup: TrainingSetup, target: ExportTarget, en
     """The files (name → content) with which ``engine`` runs ``setup`` on ``target``; nothing is written."""
     mod = _module(engine)
     check_target(setup, target)
-    why = can_export(setup, engine, spec)
+    why = can_export(setup, engine, spec, target.layers_per_stage)
     if why is not None:
         raise UnsupportedError(f"cannot export to {engine}: {why}")
     return mod.files(spec, setup, target)

@@ -33,6 +33,9 @@ class ExportTarget:
     """What the user typed / the HF id (``meta-llama/Llama-3.1-8B``); may be a catalog name."""
     nodes: int
     gpus_per_node: int
+    layers_per_stage: tuple[int, ...] = ()
+    """Decoder layers of each pipeline stage when the planner chose an uneven split (stages on different
+    GPU types); () = the estimate's even split."""
 
     @property
     def world_size(self) -> int:

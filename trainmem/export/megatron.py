@@ -5,13 +5,15 @@ Every flag is one of that tag's ``megatron/training/arguments.py`` parser (the v
 tests/export/megatron_args_core_v0.19.0.txt says which take a value and their choices). The run matches the
 estimate (trainmem/memory/engines/megatron.py): ``--use-distributed-optimizer`` for zero 1; the fp32 main-grad
 buffer (automatic with ``--bf16``; ``--accumulate-allreduce-grads-in-fp32`` with ``--fp16``, which would
-otherwise accumulate in fp16); ``--recompute-granularity selective`` (core attention, the default
+otherwise accumulate in fp16), or 16-bit main grads with ``--grad-reduce-in-bf16`` (plain ``--fp16``) for
+``grad_reduce_16bit``; ``--recompute-granularity selective`` (core attention, the default
 ``--recompute-modules``) or ``full`` with ``--recompute-method uniform --recompute-num-layers 1`` (every layer's
 input kept); the interleaved schedule as ``--num-layers-per-virtual-pipeline-stage`` (the tag has no
 ``--virtual-pipeline-model-parallel-size`` flag); expert tensor parallelism = tp (experts ÷ ep ÷ tp, as the
 estimate shards them); ``--padded-vocab-size`` = the model's vocabulary (Megatron would otherwise pad it to a
 multiple of 128·tp); dropout at the model's own rates (Megatron's default is 0.1); fp8 as
-``--bf16 --fp8-format hybrid --fp8-recipe delayed`` (Transformer Engine, the default recipe); optimizer offload as
+``--bf16 --fp8-format hybrid --fp8-recipe delayed`` (Transformer Engine, the default recipe), fp8 weights
+(``fp8_params``) as ``--fp8-param-gather``; optimizer offload as
 ``--optimizer-cpu-offload --use-precision-aware-optimizer`` (validate_args requires both).
 
 What Megatron cannot run as estimated: 8-bit AdamW and Adafactor (its optimizers are adam, sgd, lion, muon…),
@@ -69,8 +71,9 @@ def _bias(spec: ModelSpec) -> str | None:
     return None
 
 
-def model_reason(spec: ModelSpec, setup: TrainingSetup) -> str | None:
-    """Why this model's shape has no Megatron-LM (GPTModel) flags here, or None."""
+def model_reason(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) -> str | None:
+    """Why this model's shape has no Megatron-LM (GPTModel) flags here, or None; ``split``: the planner's
+    layers per stage (``ExportTarget.layers_per_stage``)."""
     if spec.model_type not in _FAMILIES or spec.kv_lora_rank is not None or spec.head != "lm":
         return (f"the Megatron-LM exporter knows Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE and GPT-2 shapes, "
                 f"not {spec.model_type}")
@@ -80,7 +83,11 @@ def model_reason(spec: ModelSpec, setup: TrainingSetup) -> str | None:
         return f"{spec.model_type}: its linear biases match none of Megatron's bias flags"
     if spec.mlp_gated and spec.hidden_act != "silu":
         return f"{spec.model_type}: Megatron's gated MLP is SwiGLU (silu), not {spec.hidden_act}"
-    if _uneven(spec, setup) is None:
+    if split and _uneven(spec, setup, split) is None:
+        return (f"layers per stage {list(split)}: Megatron-LM's --decoder-first/last-pipeline-num-layers need the "
+                f"stages between the first and the last to hold the same number, {spec.num_layers} layers in all over "
+                f"pp({setup.pp})")
+    if _uneven(spec, setup, split) is None:
         return (f"num_layers({spec.num_layers}) over pp({setup.pp}): the estimate gives the remainder to the first "
                 "stages, which Megatron's first/last-stage layer counts cannot express")
     if spec.vocab_size % setup.tp:
@@ -89,10 +96,18 @@ def model_reason(spec: ModelSpec, setup: TrainingSetup) -> str | None:
     return None
 
 
-def _uneven(spec: ModelSpec, setup: TrainingSetup) -> list[list[object]] | None:
+def _uneven(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) -> list[list[object]] | None:
     """Megatron's flags for the estimate's layer split (trainmem/memory/states.py ``stage_layers``: even, the
     remainder to the first stages): [] when even, the first/last-stage layer counts when the middle stages
-    stay even (remainder 1 or pp - 1), None when Megatron cannot express it."""
+    stay even (remainder 1 or pp - 1), None when Megatron cannot express it. ``split`` (the planner's layers
+    per stage): the first and last counts when every other stage holds the same (Megatron-LM core_v0.19.0
+    ``transformer_block.py`` ``get_num_layers_to_build`` splits what is left evenly over the middle stages)."""
+    if split:
+        if len(split) != setup.pp or sum(split) != spec.num_layers or len(set(split[1:-1])) > 1:
+            return None
+        if len(set(split)) == 1:
+            return []
+        return [["--decoder-first-pipeline-num-layers", split[0], "--decoder-last-pipeline-num-layers", split[-1]]]
     base, rem = divmod(spec.num_layers, setup.pp)
     if rem == 0:
         return []
@@ -153,13 +168,13 @@ def _moe_args(spec: ModelSpec) -> list[list[object]]:
     return args
 
 
-def _parallel_args(spec: ModelSpec, setup: TrainingSetup) -> list[list[object]]:
+def _parallel_args(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) -> list[list[object]]:
     s = setup
     args: list[list[object]] = [["--tensor-model-parallel-size", s.tp], ["--pipeline-model-parallel-size", s.pp],
                                 ["--context-parallel-size", s.cp]]
     if s.vpp > 1:
         args.append(["--num-layers-per-virtual-pipeline-stage", spec.num_layers // (s.pp * s.vpp)])
-    args += _uneven(spec, s) or []
+    args += _uneven(spec, s, split) or []
     if s.ep > 1:
         args.append(["--expert-model-parallel-size", s.ep, "--expert-tensor-parallel-size", s.tp])
     if s.sp:
@@ -178,12 +193,16 @@ def _training_args(setup: TrainingSetup) -> list[list[object]]:
     s = setup
     args: list[list[object]] = [["--micro-batch-size", s.micro_batch, "--global-batch-size", s.global_batch],
                                 ["--seq-length", s.seq_len]]
+    # 16-bit main grads (grad_reduce_16bit): --grad-reduce-in-bf16 with bf16/fp8 (arguments.py then leaves
+    # accumulate_allreduce_grads_in_fp32 off), and --fp16 without --accumulate-allreduce-grads-in-fp32.
+    bf16_grads = ["--grad-reduce-in-bf16"] if s.grad_reduce_16bit else []
     if s.precision == "mixed-bf16":
-        args.append(["--bf16"])
+        args.append(["--bf16", *bf16_grads])
     elif s.precision == "mixed-fp16":
-        args.append(["--fp16", "--accumulate-allreduce-grads-in-fp32"])
+        args.append(["--fp16"] if s.grad_reduce_16bit else ["--fp16", "--accumulate-allreduce-grads-in-fp32"])
     elif s.precision == "fp8":
-        args.append(["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed"])
+        args.append(["--bf16", *bf16_grads, "--fp8-format", "hybrid", "--fp8-recipe", "delayed",
+                     *(["--fp8-param-gather"] if s.fp8_params else [])])
     if s.recompute == "selective":
         args.append(["--recompute-granularity", "selective"])
     elif s.recompute == "full":
@@ -199,7 +218,7 @@ def _training_args(setup: TrainingSetup) -> list[list[object]]:
 
 def megatron_args(spec: ModelSpec, setup: TrainingSetup, target: ExportTarget) -> list[list[object]]:
     """The pretrain_gpt.py arguments, grouped one flag (or a few related ones) per line."""
-    return _parallel_args(spec, setup) + _training_args(setup) + _shape_args(spec, setup, target)
+    return _parallel_args(spec, setup, target.layers_per_stage) + _training_args(setup) + _shape_args(spec, setup, target)
 
 
 def files(spec: ModelSpec, setup: TrainingSetup, target: ExportTarget) -> dict[str, str]:

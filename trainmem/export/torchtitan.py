@@ -16,8 +16,8 @@ micro-batches: ``local_batch_size = micro_batch × grad_accum`` split by ``pipel
 micro_batch`` (distributed/pipeline_parallel.py), and the layer split is written out as
 ``module_fqns_per_model_part`` (the estimate's even split, remainder to the first stages; torchtitan's own
 default weighs the embedding and output as layers); selective recompute = op-level SAC
-(``selective_ac_option = "op"``); AdamW/Adam with ``implementation = "foreach"`` (the estimate counts foreach
-temporaries; torchtitan's default is fused); fp8 = torchao Float8Linear (``model.converters =
+(``selective_ac_option = "op"``); AdamW/Adam with ``implementation`` = the setup's ``optimizer_impl`` (foreach
+unless ``--optimizer-impl fused``, torchtitan's own default; the estimate counts foreach temporaries); fp8 = torchao Float8Linear (``model.converters =
 ["quantize.linear.float8"]``, tensorwise); sequence and loss parallelism as torchtitan always applies them with
 TP (``disable_loss_parallel`` for --no-loss-parallel); compile off (the estimate is eager).
 
@@ -99,7 +99,7 @@ def _builtin_flavor(spec: ModelSpec) -> str | None:
     return None
 
 
-def model_reason(spec: ModelSpec, setup: TrainingSetup) -> str | None:
+def model_reason(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) -> str | None:
     """Why torchtitan's llama3 model cannot build this shape, or None."""
     ok = (spec.model_type in ("llama", "mistral") and spec.head == "lm" and not spec.is_moe
           and spec.norm == "rmsnorm" and spec.position == "rope" and spec.mlp_gated and spec.hidden_act == "silu"
@@ -111,19 +111,27 @@ def model_reason(spec: ModelSpec, setup: TrainingSetup) -> str | None:
         return "torchtitan's llama3 model has an untied output layer; this model ties its embeddings"
     if spec.sliding_window or spec.attention_dropout or spec.hidden_dropout:
         return "torchtitan's llama3 model has no sliding window and no dropout"
+    if split and (len(split) != setup.pp or sum(split) != spec.num_layers or setup.vpp != 1):
+        return (f"layers per stage {list(split)}: module_fqns_per_model_part needs one count per stage of pp({setup.pp}), "
+                f"{spec.num_layers} layers in all, without interleaving")
     return None
 
 
-def _model_parts(spec: ModelSpec, setup: TrainingSetup) -> list[list[str]]:
-    """module_fqns_per_model_part: the estimate's layer split (``stage_layers``), one part per (virtual) stage."""
+def _model_parts(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) -> list[list[str]]:
+    """module_fqns_per_model_part: the estimate's layer split (``stage_layers``), one part per (virtual) stage;
+    ``split``: the planner's layers per stage (uneven stages on mixed GPU types, no interleaving)."""
     parts_n = setup.pp * setup.vpp
-    parts = [[f"layers.{i}" for i in stage_layers(spec.num_layers, parts_n, k)] for k in range(parts_n)]
+    if split and setup.vpp == 1 and len(split) == parts_n and sum(split) == spec.num_layers:
+        starts = [sum(split[:k]) for k in range(parts_n)]
+        parts = [[f"layers.{i}" for i in range(a, a + n)] for a, n in zip(starts, split)]
+    else:
+        parts = [[f"layers.{i}" for i in stage_layers(spec.num_layers, parts_n, k)] for k in range(parts_n)]
     parts[0].insert(0, "tok_embeddings")
     parts[-1] += ["norm", "output"]
     return parts
 
 
-def _parallelism(spec: ModelSpec, setup: TrainingSetup) -> dict[str, object]:
+def _parallelism(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) -> dict[str, object]:
     s = setup
     par: dict[str, object] = {
         "data_parallel_replicate_degree": 1, "data_parallel_shard_degree": s.dp,
@@ -135,7 +143,7 @@ def _parallelism(spec: ModelSpec, setup: TrainingSetup) -> dict[str, object]:
     if s.pp > 1:
         par.update({"pipeline_parallel_schedule": "Interleaved1F1B" if s.vpp > 1 else "1F1B",
                     "pipeline_parallel_microbatch_size": s.micro_batch,
-                    "module_fqns_per_model_part": _model_parts(spec, s)})
+                    "module_fqns_per_model_part": _model_parts(spec, s, split)})
     return par
 
 
@@ -149,13 +157,13 @@ def job_config(spec: ModelSpec, setup: TrainingSetup, target: ExportTarget) -> d
         "model": {"name": "llama3", "flavor": flavor or "trainmem", "hf_assets_path": "./assets/hf/" +
                   target.model_ref.rstrip("/").split("/")[-1]},
         "optimizer": {"name": _OPTIMIZERS[s.optimizer], "lr": 3e-4, "eps": 1e-8, "weight_decay": 0.01,
-                      "implementation": "foreach"},
+                      "implementation": s.optimizer_impl},
         "training": {"local_batch_size": local, "global_batch_size": s.global_batch, "seq_len": s.seq_len,
                      "max_norm": 1.0, "steps": 1000, "enable_cpu_offload": s.offload == "optimizer+params",
                      "dtype": "bfloat16" if s.precision == "bf16" else "float32",
                      "mixed_precision_param": "float32" if s.precision == "fp32" else "bfloat16",
                      "mixed_precision_reduce": "float32"},
-        "parallelism": _parallelism(spec, s),
+        "parallelism": _parallelism(spec, s, target.layers_per_stage),
         "activation_checkpoint": {"mode": s.recompute, "selective_ac_option": "op"},
         "compile": {"enable": False},
     }

@@ -20,7 +20,7 @@ from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
 __all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
-           "head_saved", "embedding_saved", "model_wide_saved_bytes", "lora_shapes", "lora_input_requires_grad", "lora_recompute_frame_bytes",
+           "head_saved", "embedding_saved", "torch_cp", "model_wide_saved_bytes", "lora_shapes", "lora_input_requires_grad", "lora_recompute_frame_bytes",
            "lora_forward_frame_bytes", "lora_head_frame_bytes"]
 
 _GEMMA_NORM_MODELS = ("gemma", "gemma2", "gemma3_text", "gemma3")
@@ -64,6 +64,12 @@ def tp_only_fp32(setup: TrainingSetup) -> bool:
     precision training with TP or PP is only supported when FSDP/HSDP/CP is enabled", torchtitan
     distributed/utils.py ``maybe_enable_amp``), so an amp recipe computes in fp32 (traced: trace/tp.py)."""
     return setup.engine == "fsdp2" and not setup.fsdp_applied and setup.precision in ("amp-bf16", "amp-fp16")
+
+
+def torch_cp(setup: TrainingSetup) -> bool:
+    """fsdp2 context parallelism: torch's ring attention over SDPA, batches sharded as torchtitan 0.2.2 does
+    (trainmem/memory/context_parallel.py; traced: trace/cp.py)."""
+    return setup.cp > 1 and setup.engine == "fsdp2"
 
 
 def is_amp(setup: TrainingSetup) -> bool:
@@ -113,12 +119,18 @@ def _linear_inputs_saved(setup: TrainingSetup, n_consumers: int, width: int) -> 
     return float(residual_bytes(setup) if setup.precision != "fp32" else 4) * width
 
 
-def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> LayerSaved:
+def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: bool = False) -> LayerSaved:
     """Bytes one layer keeps for backward for one micro-batch on this rank, by term (no recompute).
 
     Tensor/sequence/context parallelism are applied here: tp-split terms ÷ tp; with sp every term ÷ tp;
-    tokens ÷ cp.
+    tokens ÷ cp. ``fp8`` (or ``setup.precision == "fp8"``): the megatron engine's Transformer Engine
+    linears save fp8 inputs. The megatron engine's layers are Megatron-Core + Transformer Engine's
+    (:mod:`trainmem.memory.megatron_activations`) where that module describes the family.
     """
+    if setup.engine == "megatron":
+        from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
+        if megatron_te_layer(spec):
+            return megatron_layer_saved(spec, setup, layer_idx, fp8=fp8 or setup.precision == "fp8")
     T = setup.micro_batch * setup.seq_len // setup.cp
     s = setup.seq_len // setup.cp
     b = setup.micro_batch
@@ -228,6 +240,10 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
             add("v", "attention", c * kv_eff * dv)
         add("attn_out", "attention", c * a * dv)
         add("logsumexp", "attention", 4.0 * a)  # (b, a, s) fp32
+        if torch_cp(setup) and setup.attn == "sdpa":
+            # the ring's merged output is a new contiguous (b, a, s, d) tensor (_SDPAMerger.results after
+            # _partial_update's torch.cat): HF's transpose(1, 2).contiguous() copies it, o_proj keeps the copy
+            add("o_input", "attention", c * a * dv)
         return
     add("q", "attention", c * a * d)
     add("k_repeated", "attention", c * a * d)
@@ -630,9 +646,10 @@ def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     s = setup.seq_len // setup.cp
     out = 0
     if spec.position == "rope":
-        # position_ids default to arange(s)[None]: cos/sin are (1, s, d), broadcast over the batch
+        # position_ids default to arange(s)[None]: cos/sin are (1, s, d), broadcast over the batch; with CP
+        # the sharded positions are passed, arange(s).expand(b, s) (torchtitan prepare_context_parallel_input)
         rope_dim = spec.qk_rope_head_dim or spec.head_dim
-        out += 2 * s * rope_dim * residual_bytes(setup)
+        out += 2 * s * rope_dim * residual_bytes(setup) * (setup.micro_batch if torch_cp(setup) else 1)
     if sliding_window_mask(spec, setup):
         out += s * setup.seq_len  # the (1, 1, s, s) bool mask, kept by every layer's kernel
     return out

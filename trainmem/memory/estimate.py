@@ -90,14 +90,15 @@ class MemoryEstimate:
 
 
 def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str],
-              fp8_cache: int = 0) -> tuple[Timeline, RankParams, ModelStates, int]:
+              fp8_cache: int = 0, fp8: bool = False) -> tuple[Timeline, RankParams, ModelStates, int]:
     """Walk one steady step of pipeline ``stage`` (see :mod:`trainmem.memory.walk`); ``fp8_cache``
-    bytes of fp8 weight copies live through the whole step."""
+    bytes of fp8 weight copies live through the whole step; ``fp8``: an fp8 run (``s`` holds its 16-bit
+    base recipe), whose Transformer Engine linears save fp8 inputs (megatron)."""
     import os
 
     rp = rank_params(spec, s, stage)
     engine = engine_for(spec, s, rp, notes)
-    plan = build_plan(spec, s, rp, amp_copy=is_amp(s) and engine.amp_weight_copies, bulk=_BULK)
+    plan = build_plan(spec, s, rp, amp_copy=is_amp(s) and engine.amp_weight_copies, bulk=_BULK, fp8=fp8)
     tl = Timeline(debug=bool(os.environ.get("TRAINMEM_ESTIMATE_DEBUG")))
     if fp8_cache:
         tl.alloc("fp8 weight cache", "parameters", fp8_cache)
@@ -106,8 +107,10 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str],
     return tl, rp, engine.st, plan.act_per_layer
 
 
-def estimate(spec: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
-    """Peak memory of one steady-state optimizer step on the most loaded rank."""
+def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | None = None) -> MemoryEstimate:
+    """Peak memory of one steady-state optimizer step on the most loaded rank; ``stages``: the pipeline
+    stages to simulate (default: the first and the last, the most loaded of the even split; the planner
+    asks for one stage of an uneven split)."""
     validate_for_model(setup, spec)
     gpu: GPU = get_gpu(setup.gpu)
     if setup.gpu_memory:
@@ -124,11 +127,13 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> MemoryEstimate:
         setup = setup.model_copy(update={"precision": FP8_BASE[setup.engine]})
         fp8_stage_bytes = tuple(fp8_weight_cache_bytes(spec, setup, stg) for stg in range(setup.pp))
         notes.append(_FP8_NOTE[setup.engine])
-    stages = [0] if setup.pp == 1 else sorted({0, setup.pp - 1})
+    if stages is None:
+        stages = (0,) if setup.pp == 1 else tuple(sorted({0, setup.pp - 1}))
     best = None
     for stg in stages:
         local_notes: list[str] = []
-        tl, rp, st, act = _simulate(spec, setup, stg, local_notes, fp8_stage_bytes[stg] if fp8_stage_bytes else 0)
+        tl, rp, st, act = _simulate(spec, setup, stg, local_notes, fp8_stage_bytes[stg] if fp8_stage_bytes else 0,
+                                    fp8=asked.precision == "fp8")
         if best is None or tl.peak > best[0].peak:
             best = (tl, rp, st, act, stg, local_notes)
     assert best is not None
@@ -163,7 +168,8 @@ _FP8_NOTE = {
     "megatron": "fp8 (Transformer Engine, Megatron --fp8-format hybrid): bf16 parameters, fp32 main grads and "
                 "master weights as mixed-bf16; each transformer-layer weight keeps an fp8 copy and its fp8 "
                 "transpose across the micro-batches of a step (TE weight workspace, is_first_microbatch), 2 B per "
-                "weight; activations kept at their bf16 size (an upper bound: TE saves some inputs in fp8)",
+                "weight; the TE linears save their inputs in fp8 (1 B per element), the attention core and the fused "
+                "activation in bf16 (trainmem/memory/megatron_activations.py)",
     "fsdp2": "fp8 (torchao Float8Linear, torchtitan [float8]): amp-bf16 memory; weights are cast to fp8 in each "
              "forward and backward (transient) and the linears save their bf16 inputs, so no fp8 copy persists",
 }
@@ -174,10 +180,14 @@ def fp8_weight_cache_bytes(spec: ModelSpec, setup: TrainingSetup, stage: int) ->
     rowwise and columnwise (transposed) copy of every transformer-layer linear weight for the step
     (``transformer_engine/pytorch/module/linear.py`` weight workspace, reused while
     ``is_first_microbatch`` is False; TE 2.x), 1 + 1 B per local matmul parameter. The output layer
-    is a Megatron ColumnParallelLinear and stays bf16. torchao's dynamic float8 caches nothing (0)."""
+    is a Megatron ColumnParallelLinear and stays bf16. torchao's dynamic float8 caches nothing (0).
+    With ``fp8_params`` the fp8 weight is the parameter itself (counted by the engine) and only its
+    transpose is extra: TE 2.9 ``Float8TensorStorage.update_usage(columnwise_usage=True)`` creates
+    ``_transpose`` on the tensor where ``is_non_tn_fp8_gemm_supported()`` is False (Hopper), 1 B per
+    weight (Blackwell sm100 needs none: counted anyway, an upper bound there)."""
     if setup.engine != "megatron":
         return 0
-    return 2 * sum(rank_params(spec, setup, stage).layer_matmul)
+    return (1 if setup.fp8_params else 2) * sum(rank_params(spec, setup, stage).layer_matmul)
 
 
 def _n_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -204,7 +214,10 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
         "sizes rounded up to 512 B per allocation (CUDA caching allocator)",
     ]
     if s.engine in ("torch", "fsdp2"):
-        out.append(f"optimizer torch.optim {s.optimizer} with foreach=True (the CUDA default), weight decay 0.01")
+        if s.optimizer_impl == "fused":
+            out.append(f"optimizer torch.optim {s.optimizer} with fused=True (no step temporaries), weight decay 0.01")
+        else:
+            out.append(f"optimizer torch.optim {s.optimizer} with foreach=True (the CUDA default), weight decay 0.01")
     out.extend(s.notes)
     if getattr(spec, "alias_note", ""):
         out.append(spec.alias_note)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.memory.activations import compute_bytes, is_amp
+from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
@@ -33,6 +33,9 @@ class LossBuffers:
     """The logits' gradient in the compute dtype, alive through the LM head backward."""
     head_grad_in_forward_bytes: int = 0
     """Fused linear cross-entropy: the LM head's weight gradient, computed in the loss forward."""
+    head_backward_transient_bytes: int = 0
+    """Alive with the LM head's gradient at its backward, beyond it and the logits' gradient (chunked: the
+    next chunk's weight-gradient contribution before it is added in place)."""
 
 
 def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
@@ -102,12 +105,24 @@ def _chunked(spec: ModelSpec, setup: TrainingSetup, n: int, c: int) -> LossBuffe
     returns its logits as ``k`` chunks along the sequence (all materialised, compute dtype), each upcast to
     fp32 inside the loss, one chunk at a time. Every chunk's log-softmax (fp32) is kept for backward (4 B per
     b·s·V element, as unchunked); the fp32 upcast and the backward's nll/log-softmax gradients exist for one
-    chunk at a time (n/k), and the 16-bit gradients of all chunks meet at the LM head backward."""
+    chunk at a time (n/k), and the 16-bit gradients of all chunks meet at the LM head backward.
+
+    The LM head runs once per chunk, so its weight gets k gradient contributions. The autograd engine runs
+    every chunk's loss backward first (their nodes are newer than the k head matmuls) and then the matmuls'
+    backward, each freeing its chunk's logits gradient; autograd's InputBuffer adds each contribution into
+    the first in place (torch/csrc/autograd/input_buffer.cpp ``can_accumulate_inplace``; trace/step.py
+    ``_HeadGradInPlace``). So at the second chunk's head backward the first contribution and the new one
+    (the weight gradient's dtype: the compute dtype without autocast) are alive with k - 1 of the k chunk
+    logits' gradients: c·V·h − c·n/k beyond the walk's gradient + logits gradient. (Under autocast the
+    contributions are the 16-bit cast's, 2 B each, which the engine's 16-bit-gradient term already covers.)"""
     k = setup.loss_chunks or 8
     per = -(-n // k)
     kept = 4 * n + (c * n if spec.final_logit_softcapping and spec.head == "lm" else 0)
+    V = n // max(1, setup.micro_batch * setup.seq_len // setup.cp)
+    second = c * V * spec.hidden_size - c * per if (k > 1 and not is_amp(setup) and not setup.is_lora) else 0
     return LossBuffers(logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=4 * per if c == 2 else 0,
-                       backward_transient_bytes=8 * per, grad_logits_bytes=c * n if c == 2 else 0)
+                       backward_transient_bytes=8 * per, grad_logits_bytes=c * n if c == 2 else 0,
+                       head_backward_transient_bytes=max(0, second))
 
 
 def liger_chunk_rows(tokens: int, vocab: int, hidden: int, chunks: int | None = None) -> int:
@@ -122,15 +137,43 @@ def liger_chunk_rows(tokens: int, vocab: int, hidden: int, chunks: int | None = 
 
 
 def _fused_linear(spec: ModelSpec, setup: TrainingSetup, T: int, V: int, c: int) -> LossBuffers:
-    """Liger-Kernel ``LigerFusedLinearCrossEntropyLoss`` (liger_kernel/ops/fused_linear_cross_entropy.py):
-    the logits are never materialised. The forward loops over chunks of the hidden states: a chunk's logits
-    (compute dtype) are overwritten in place with their gradient, and the input gradient (b·s·h, compute
-    dtype) and the LM head's weight gradient (V·h, weight dtype) are accumulated in the forward and kept;
-    each chunk's weight-gradient update makes a V·h 16-bit product and its fp32 accumulation. Backward only
-    rescales them."""
+    """Liger-Kernel ``LigerFusedLinearCrossEntropyFunction`` (Liger-Kernel v0.8.2,
+    src/liger_kernel/ops/fused_linear_cross_entropy.py ``fused_linear_cross_entropy_forward``; traced by its
+    twin in trainmem/trace/losses.py): the logits are never materialised. The forward allocates
+    ``grad_input = zeros_like(_input)`` (the final hidden state's dtype, fp32 under autocast; kept for
+    backward and handed to the final norm's backward as the gradient stream) and ``grad_weight =
+    zeros_like(weight)`` (the weight's dtype; it becomes the LM head's .grad — tied: the embedding's, which
+    the walk allocates at the loss forward), then loops over chunks of ``next_power_of_2(cdiv(BT, cdiv(V,
+    H)))`` rows. Alive with a chunk's logits (compute dtype, turned into their gradient in place), besides
+    the final hidden state itself (held by the model's forward while the loss runs, r·T·h):
+
+    - under autocast over fp32 weights: ``_input_chunk @ weight.t()`` casts the weight's transposed *view*
+      (not cached: a new 16-bit V·h copy per chunk) and the chunk, while the 16-bit cast of ``weight`` made
+      by the previous chunk's ``grad_logits @ weight`` is cached (a leaf parameter) until autocast exits:
+      2·c·V·h from the second chunk on; ``grad_weight`` (fp32) is accumulated by ``torch.addmm(...,
+      out_dtype=torch.float32, out=grad_weight)`` with no V·h temporary (torch >= 2.8, CUDA sm >= 8.0);
+    - otherwise (16-bit or fp32 weights, no autocast): ``grad_weight += torch.mm(grad_logits.t(),
+      _input_chunk).float()``, a V·h product in the compute dtype and, when 16-bit, its fp32 copy.
+
+    With LoRA the LM head is frozen and 16-bit (trace/lora.py): ``grad_weight`` is None (no accumulation)
+    and nothing is cast; the final hidden state held by the forward is the walk's LoRA head frame.
+
+    Backward only rescales the two buffers in place."""
     h = spec.hidden_size
-    rows = liger_chunk_rows(T, V, h, setup.loss_chunks)
-    w = 4 if setup.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
-    chunk = c * rows * V + (c + 4) * V * h
-    return LossBuffers(logits_bytes=0, kept_bytes=c * T * h, forward_transient_bytes=chunk,
+    rows = min(liger_chunk_rows(T, V, h, setup.loss_chunks), T)
+    chunks = -(-T // rows)
+    r = residual_bytes(setup)
+    lora = setup.is_lora
+    w = 0 if lora else (4 if (c == 4 or is_amp(setup)) else 2)
+    logits = c * rows * V
+    if lora:
+        chunk = logits + c * rows * h
+    elif is_amp(setup):
+        chunk = logits + (2 if chunks > 1 else 1) * c * V * h + c * rows * h
+    else:
+        chunk = logits + c * V * h + (4 * V * h if c == 2 else 0)
+    # per token: the shifted labels made contiguous (int64), loss_1d (fp32), the ignore mask (bool)
+    small = 13 * T
+    held = 0 if lora else r * T * h
+    return LossBuffers(logits_bytes=0, kept_bytes=r * T * h, forward_transient_bytes=held + chunk + small,
                        backward_transient_bytes=0, grad_logits_bytes=0, head_grad_in_forward_bytes=w * V * h)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainmem.memory.activations import (LayerSaved, compute_bytes, is_amp, layer_saved, model_wide_saved_bytes,
-                                         residual_bytes, sdpa_math_fallback)
+                                         residual_bytes, sdpa_math_fallback, torch_cp)
+from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
 from trainmem.memory.states import RankParams, lora_param_count, stage_layers
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
@@ -89,9 +90,12 @@ class StepPlan:
         return n_down, n_mlp - n_down, n_o, n_attn - n_o
 
 
-def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool, bulk: bool) -> StepPlan:
+def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool, bulk: bool,
+               fp8: bool = False) -> StepPlan:
     """The step plan of pipeline stage ``rp.stage``; ``amp_copy``: matmuls save 16-bit copies of fp32
-    weights (autocast without FSDP2's param_dtype); ``bulk``: walk runs of identical layers as blocks."""
+    weights (autocast without FSDP2's param_dtype); ``bulk``: walk runs of identical layers as blocks;
+    ``fp8``: the run is an fp8 one whose ``s`` carries its 16-bit base recipe (estimate.py), so the
+    megatron engine's TE linears save fp8 inputs (activations.layer_saved)."""
     first, last = rp.stage == 0, rp.stage == s.pp - 1
     layer_ids = list(stage_layers(spec.num_layers, s.pp, rp.stage))
     layer_params = list(rp.layers)
@@ -106,13 +110,13 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
               for i, mm in zip(layer_ids, rp.layer_matmul)]
     head_copy = 2 * (spec.params.lm_head or spec.params.embedding) // s.tp if (
         amp_copy and last and not spec.is_encoder and not s.is_lora) else 0
-    layer_kind = _layer_kinds(spec, s, layer_ids)
+    layer_kind = _layer_kinds(spec, s, layer_ids, fp8)
     saved = [ls.total_bytes for ls in layer_kind]
     plan = StepPlan(
         layer_ids=layer_ids, layer_params=layer_params, layer_train=layer_train,
         layer_experts=[0 if s.is_lora else spec.params.layers[i].experts // s.ep // s.tp for i in layer_ids],
         head_train=head_train, emb_train=0 if s.is_lora else (rp.embedding if first else 0),
-        saved=saved, saved_eff=_saved_under_recompute(spec, s, layer_kind, saved, layer_ids),
+        saved=saved, saved_eff=_saved_under_recompute(spec, s, layer_kind, saved, layer_ids, fp8),
         parts=[_layer_parts(spec, s, ls) for ls in layer_kind], copies=copies,
         copy_frac=[_mlp_copy_fraction(spec, i) for i in layer_ids],
         mlp_frac=[_mlp_param_fraction(spec, i) for i in layer_ids],
@@ -134,7 +138,7 @@ def kept_per_layer(spec: ModelSpec, s: TrainingSetup) -> list[int]:
     return _saved_under_recompute(spec, s, kinds, [ls.total_bytes for ls in kinds], ids)
 
 
-def _layer_kinds(spec: ModelSpec, s: TrainingSetup, layer_ids: list[int]) -> list[LayerSaved]:
+def _layer_kinds(spec: ModelSpec, s: TrainingSetup, layer_ids: list[int], fp8: bool = False) -> list[LayerSaved]:
     """Layers of one kind (dense / MoE) save the same: one layer_saved per kind. (LoRA without
     checkpointing: layer 0 saves less, nothing before its first adapter, activations.py)"""
     def kind_of(i: int) -> tuple[bool, bool]:
@@ -143,15 +147,25 @@ def _layer_kinds(spec: ModelSpec, s: TrainingSetup, layer_ids: list[int]) -> lis
     kinds: dict[tuple[bool, bool], LayerSaved] = {}
     for i in layer_ids:
         if kind_of(i) not in kinds:
-            kinds[kind_of(i)] = layer_saved(spec, s, i)
+            kinds[kind_of(i)] = layer_saved(spec, s, i, fp8=fp8)
     return [kinds[kind_of(i)] for i in layer_ids]
 
 
 def _saved_under_recompute(spec: ModelSpec, s: TrainingSetup, kinds: list[LayerSaved], saved: list[int],
-                           layer_ids: list[int]) -> list[int]:
+                           layer_ids: list[int], fp8: bool = False) -> list[int]:
     if s.recompute == "selective":
         if s.engine in ("torch", "fsdp2"):
             return [_torchtitan_op_sac(spec, s, i) or _selective(s, ls) for ls, i in zip(kinds, layer_ids)]
+        if s.engine == "megatron" and megatron_te_layer(spec):
+            # core attention checkpointed: its inputs kept instead of what the kernel saves
+            # (megatron_activations.core_attention_checkpoint_inputs_bytes_per_token)
+            fp8 = fp8 or s.precision == "fp8"
+            per_kind: dict[bool, int] = {}
+            for i in layer_ids:
+                moe = i in spec.moe_layer_indices
+                if moe not in per_kind:
+                    per_kind[moe] = megatron_layer_saved(spec, s, i, fp8=fp8, core_attention_recomputed=True).total_bytes
+            return [per_kind[i in spec.moe_layer_indices] for i in layer_ids]
         return [_selective(s, ls) for ls in kinds]
     if s.recompute == "full":
         ckpt_input = residual_bytes(s) * (s.micro_batch * s.seq_len // s.cp) * spec.hidden_size // (s.tp if s.sp else 1)
@@ -191,6 +205,14 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
         # gradient (fp32), both b·a·s² (compute dtype for families whose softmax is not upcast)
         sm = 4 if spec.model_type not in ("gpt2", "bert", "roberta", "falcon") else c
         plan.attn_transient += 2 * sm * s.micro_batch * a * (s.seq_len // s.cp) * s.seq_len // s.tp
+    if torch_cp(s) and s.attn == "sdpa":  # torch's ring attention (memory/context_parallel.py)
+        from trainmem.memory.context_parallel import ring_transients
+        ls = layer_saved(spec, s, plan.layer_ids[0] if plan.layer_ids else 0)
+        pre = sum(t.bytes for t in ls.terms if t.name in ("input_norm", "qkv_input", "qk_norm", "q", "k", "v"))
+        fwd, plan.attn_transient = ring_transients(spec, s, pre)
+        if s.recompute == "full":  # (the walk adds the layer's whole saved set to a checkpointed forward's spike)
+            fwd -= ls.total_bytes
+        plan.fwd_tmp = max(plan.fwd_tmp, fwd)
 
 
 def _embedding_backward(spec: ModelSpec, s: TrainingSetup, emb_train: int) -> tuple[int, int]:
@@ -241,6 +263,10 @@ def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int
     backward is done, its saved input (the product, width i) and its weight copy are released."""
     total = ls.total_bytes
     mlp = sum(t.bytes for t in ls.terms if t.component in ("mlp", "experts", "router"))
+    if torch_cp(s) and s.attn == "sdpa":
+        # the post-attention norm's saved tensors die at its backward, before attention's: counted with the
+        # MLP block, as the ring's backward spike can be the step's peak (traced, tests/trace/test_cp_trace.py)
+        mlp += sum(t.bytes for t in ls.terms if t.name == "post_attention_norm")
     early = sum(t.bytes for t in ls.terms if t.name in _ATTN_EARLY)
     prod = 0
     for t in ls.terms:
@@ -252,6 +278,8 @@ def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int
                 prod = t.bytes // 8  # the 2-byte cast out of 16 B per element
         elif t.name == "expert_intermediate":
             prod = t.bytes // 4
+        elif t.name in ("mlp_down_input", "expert_down_input"):  # megatron: linear_fc2's saved input
+            prod = t.bytes
     return prod, mlp - prod, early, total - mlp - early
 
 

@@ -182,8 +182,14 @@ def optimizer_step_temp_bytes(setup: TrainingSetup, n_trainable_local: int, stat
     allocates one state-sized copy for the whole (device, dtype) group; Adam with coupled weight decay
     first makes ``grads = _foreach_add(grads, params, alpha=wd)`` (a grad-sized copy). SGD with weight
     decay makes the same grad-sized copy (sgd.py ``_multi_tensor_sgd``). Adafactor builds a full-size
-    variance estimate per parameter. bitsandbytes 8-bit updates in place per tensor."""
+    variance estimate per parameter. bitsandbytes 8-bit updates in place per tensor.
+
+    ``fused`` (``torch._fused_adamw_`` / ``_fused_adam_`` / ``_fused_sgd_``, aten/src/ATen/native/cuda/
+    FusedAdamWKernel.cu): one multi-tensor kernel updates parameters and states in place, no list-wide
+    temporary (its per-tensor ``step`` counters live on the device, 512 B each, not counted)."""
     o = setup.optimizer
+    if setup.optimizer_impl == "fused":
+        return 0
     if o == "adamw":
         return state_elem_bytes * n_trainable_local
     if o == "adam":

@@ -144,9 +144,8 @@ class StepWalk:
         fused = s.loss == "fused-linear"
         tl.alloc(f"head{mb}", "activations", head_saved(self.spec, s, lm_input=not fused))
         tl.alloc(f"hcopy{mb}", "activations", 0 if fused else p.head_copy)
-        if fused and p.head_train:
-            # Liger computes the LM head's weight gradient in the forward; it becomes its .grad
-            self.eng.grad("g_head", p.head_train, mb)
+        if fused:
+            self._liger_weight_grads(mb)
         tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
         tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
         tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes + lora_head_frame_bytes(self.spec, s))
@@ -155,6 +154,32 @@ class StepWalk:
             # the loss): the model output dies here; the loss graph keeps no reference to the logits
             # (``logits.float()`` saves nothing, log_softmax saves its output).
             tl.free(f"logits{mb}")
+
+    def _liger_weight_grads(self, mb: int) -> None:
+        """Liger's fused linear cross-entropy computes the LM head's weight gradient in the loss forward
+        (``grad_weight = zeros_like(weight)``, trainmem/memory/loss.py ``_fused_linear``). Where no .grad
+        exists yet it becomes the .grad (tied: the embedding's; the embedding backward's gradient is added
+        into it in place — autograd's InputBuffer accumulates into a plain tensor it alone holds,
+        torch/csrc/autograd/input_buffer.cpp ``can_accumulate_inplace``); from the second micro-batch on
+        (torch/DDP) it is a buffer alive until AccumulateGrad adds it to the .grad: at the loss backward,
+        or, tied, at the embedding backward."""
+        p = self.plan
+        pieces = [("g_head", p.head_train)]
+        if self.spec.tie_word_embeddings and self.first:
+            pieces.append(("g_emb", p.emb_train))
+        for key, n in pieces:
+            if n <= 0:
+                continue
+            if self.tl.has(key):
+                self.tl.alloc(f"ligergw{mb}.{key}", "activations", self.eng.st.grad_elem * n)
+                continue
+            before = set(self.tl.live)
+            self.eng.grad(key, n, mb)
+            for k in set(self.tl.live) - before:
+                cat, size = self.tl.live[k]
+                if cat == "temporaries":  # (FSDP2's unsharded gradient: born in the loss forward, an activation)
+                    self.tl.free(k)
+                    self.tl.alloc(k, "activations", size)
 
     # -- backward ----------------------------------------------------------------------------------
     def backward(self, mb: int, boundary: bool) -> None:
@@ -180,6 +205,7 @@ class StepWalk:
         if self.first:
             tl.alloc(f"embfull{mb}", "temporaries", p.emb_backward_transient)  # (torch TP, plan.py)
             eng.grad("g_emb", p.emb_grad, mb)
+            tl.free(f"ligergw{mb}.g_emb")  # (fused linear CE, tied, second micro-batch on: added now)
             tl.free(f"embfull{mb}")
             tl.free(f"emb{mb}")
         tl.free(f"wide{mb}")
@@ -188,20 +214,33 @@ class StepWalk:
 
     def loss_backward(self, mb: int) -> None:
         tl, p, loss = self.tl, self.plan, self.loss
+        fused = self.s.loss == "fused-linear"
         tl.spike(f"lossbwd{mb}", "temporaries", loss.backward_transient_bytes)
-        tl.free(f"losskept{mb}")
+        # Fused linear CE keeps the final hidden state's gradient (Liger's grad_input). The final norm's
+        # backward peaks with five fp32 b·s·h tensors and the norm's fp32 saved input (traced); the 16-B
+        # final_norm_bwd term plus the norm's saved tensors count that exactly for an fp32 residual stream,
+        # and 2 B per element short of it for a 16-bit one (whose saved 16-bit normalised copy goes first):
+        # there the 16-bit input gradient is let stand for the difference through the spike.
+        keep_through_norm = fused and loss.kept_bytes < 4 * p.tokens * self.spec.hidden_size
+        if not keep_through_norm:
+            tl.free(f"losskept{mb}")
         tl.alloc(f"glogits{mb}", "temporaries", loss.grad_logits_bytes)
-        if self.s.loss != "fused-linear":
+        if not fused:
             self.eng.grad("g_head", p.head_train, mb)
-        if self.spec.tie_word_embeddings and self.first:
+        elif tl.has(f"ligergw{mb}.g_head"):  # Liger's weight gradient of a later micro-batch is added now
+            tl.free(f"ligergw{mb}.g_head")
+            self.eng.grad("g_head", p.head_train, mb)
+        if self.spec.tie_word_embeddings and self.first and not fused:
             # tied LM head: the embedding's gradient is created here, at the head's backward, and the
             # embedding's own backward adds to it at the very end
             self.eng.grad("g_emb", p.emb_train, mb)
+        tl.spike(f"headbwd{mb}", "temporaries", loss.head_backward_transient_bytes)
         tl.free(f"glogits{mb}")
         tl.free(f"hcopy{mb}")
         # the final norm's backward, its saved tensors still alive
         tl.spike(f"finalnormbwd{mb}", "temporaries", p.final_norm_bwd)
         tl.free(f"head{mb}")
+        tl.free(f"losskept{mb}")
 
     def layer_backward(self, mb: int, j: int) -> None:
         tl, p, eng, rc = self.tl, self.plan, self.eng, self.recompute

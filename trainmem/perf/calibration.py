@@ -172,7 +172,7 @@ OVERLAP_CONTENTION = 0.189
 # HELD-IN points only (``is_held_in``; 13 points once the unexpressible ones are excluded): a grid search
 # (SUSTAINED_FRACTION 0.78–0.90 by 0.01 × STEP_OVERHEAD_SECONDS 0–0.20 s by 0.01 s) minimising the mean
 # |ln(predicted / measured)| of tokens/s/GPU over them; ``benchmarks/plan_vs_published.py --calibrate`` re-runs
-# it. Result: 0.84 and 0.10 s (held-in mean |ln ratio| 6.8 %, median |error| 4.9 %). A third candidate, a
+# it. Result: 0.84 and 0.10 s (held-in mean |ln ratio| 6.6 %, median |error| 4.9 %). A third candidate, a
 # per-layer per-pass host overhead, was tried and dropped: at the optimum it lowers no held-in error. The
 # held-out points (A100 Megatron-LM 2021, NeMo/Megatron-Bridge, llm-foundry, BLOOM, MT-NLG) never enter the fit.
 # ---------------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from trainmem.perf.device import Device
 from trainmem.perf.flops import Linear, attention_keys_per_query
 from trainmem.perf.kernels import (attention_backward_seconds, attention_forward_seconds, gemm_seconds,
                                    pointwise_seconds)
+from trainmem.perf.ring import ring_attention_seconds
 
 __all__ = ["Ctx", "Phase", "layer_phase", "head_phase", "embedding_phase", "sac_recomputed",
            "fp8_cast_bytes_per_element"]
@@ -59,6 +60,8 @@ class Ctx:
     """Adapted linears (``all-linear``: every one); empty for full fine-tuning."""
     lora_rank: int
     qlora: bool
+    cp: int = 1
+    """Context-parallel degree: the attention core runs as ring attention, one kernel per ring step."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +162,9 @@ def _attention_core(ctx: Ctx, dims: tuple[int, int, int, int, int | None, bool, 
     heads = max(a // ctx.tp, 1)
     s, tokens = ctx.s, ctx.tokens
     peak = (ctx.dev.peak16_flops if ctx.mm != "fp32" else ctx.dev.peak32_flops) * ctx.dev.sustained
+    if ctx.attn != "eager" and ctx.cp > 1 and causal and (window is None or window >= s):
+        # context parallelism: one kernel per ring step on that step's key range (trainmem.perf.ring)
+        return ring_attention_seconds(tokens, heads, d, dv, s, ctx.cp, ctx.attn, peak)
     if ctx.attn != "eager":
         keys = attention_keys_per_query(s, causal, window)
         flops = 2.0 * tokens * keys * heads * (d + dv)

@@ -40,6 +40,10 @@ _NOTE: dict[str, str] = {
                 "and reduces bf16 gradients in fp32.",
     "deepspeed": "DeepSpeed keeps overlap_comm at its default (off for ZeRO-0/1/2, on for ZeRO-3) and reduces "
                  "16-bit gradients.",
+    "ds-pipe": "Megatron-DeepSpeed: DeepSpeed's PipelineEngine blocks on each pipeline send and receive (4 per "
+               "micro-batch on an interior stage, each TP rank sending 1/tp and all-gathering the rest), bf16 "
+               "accumulates every micro-batch's gradients into fp32 (BF16_Optimizer), and the gradient all-reduce, "
+               "the tied-embedding all-reduce and the parameter all-gather run after the pipeline flush.",
     "bubble": "The pipeline bubble is (pp - 1) / vpp micro-batch times of the slowest stage (Narayanan et al. "
               "2021, section 2.2).",
     "pp": "Pipeline sends and receives are exposed each micro-batch, except Megatron's interleaved schedule, "

@@ -13,7 +13,7 @@ so a call with a known model and micro-batch shape is arithmetic on a few dozen 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from trainmem.hardware.cluster import GPUGroup, Link
@@ -21,11 +21,14 @@ from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes, s
 from trainmem.memory.states import rank_params, stage_layers
 from trainmem.model.spec import ModelSpec
 from trainmem.perf import calibration as cal
-from trainmem.perf.collectives import allreduce_seconds, alltoall_seconds, p2p_seconds, span
+from trainmem.perf.collectives import allgather_seconds, allreduce_seconds, alltoall_seconds, p2p_seconds, span
+from trainmem.perf import deepspeed_pipe as dsp
+from trainmem.perf import ring
 from trainmem.perf.device import Device, check_precision, device_of, matmul_kind
 from trainmem.perf.flops import (Linear, attention_forward_flops_per_token, head_linear, layer_linears,
                                  matmul_params_per_token)
-from trainmem.perf.kernels import attention_kernel, pointwise_seconds
+from trainmem.perf.kernels import (attention_backward_seconds, attention_forward_seconds, attention_kernel,
+                                   pointwise_seconds)
 from trainmem.perf.layer import Ctx, Phase, embedding_phase, fp8_cast_bytes_per_element, head_phase, layer_phase
 from trainmem.perf.notes import _NOTE, borrowed_mamf_note
 from trainmem.perf.optimizer import gpu_optimizer_bytes_per_param, gpu_optimizer_seconds, offload_seconds
@@ -137,7 +140,7 @@ def _ctx(spec: ModelSpec, s: TrainingSetup, dev: Device) -> Ctx:
                attn="eager" if eager else attention_kernel(dev, s.engine), b=s.micro_batch, s=s.seq_len,
                tokens=s.micro_batch * s.seq_len // s.cp, tp=s.tp, sp=bool(s.sp), ep=s.ep, amp=is_amp(s),
                fp8_recipe=("te" if s.engine == "megatron" else "torchao") if mm == "fp8" else "",
-               lora_targets=targets, lora_rank=s.lora_rank, qlora=s.qlora)
+               lora_targets=targets, lora_rank=s.lora_rank, qlora=s.qlora, cp=s.cp)
 
 
 def _phases(spec: ModelSpec, m: _Model, ctx: Ctx, s: TrainingSetup) -> tuple[Phase, Phase, Phase, Phase]:
@@ -244,7 +247,11 @@ def _comm_per_layer(spec: ModelSpec, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, 
     if s.tp > 1:
         one = allreduce_seconds(ctx.tokens * h * c, span(s.tp, 1, gpn), grp.intra, grp.inter)
         tp_t, fwd = _tp_seconds(s, one, ph)
-    if s.cp > 1:
+    if s.cp > 1 and s.engine == "fsdp2" and ctx.attn != "eager":  # torch ring attention needs a fused SDPA kernel
+        cp_f, cp_b = _torch_cp_seconds(spec, s, ctx, grp)
+        cp_t = cp_f * (2 if s.recompute == "full" else 1) + cp_b
+        fwd += cp_f
+    elif s.cp > 1:
         kv_local = max(spec.num_kv_heads // s.tp, 1) * (spec.head_dim + spec.v_head_dim) * ctx.tokens * c
         sp_cp = span(s.cp, s.tp, gpn)
         link = grp.inter if sp_cp[2] > 1 else grp.intra
@@ -262,9 +269,36 @@ def _comm_per_layer(spec: ModelSpec, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, 
     return tp_t, cp_t, ep_t, fwd
 
 
-def _stage(spec: ModelSpec, m: _Model, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, stage: int) -> _Stage:
+def _torch_cp_seconds(spec: ModelSpec, s: TrainingSetup, ctx: Ctx, grp: GPUGroup) -> tuple[float, float]:
+    """(forward, backward) seconds torch's ring attention adds to one layer's kernels (torchtitan: trainmem.perf.ring):
+    the fp32 merges and gradient accumulations, and the exposed part of the K/V all-gathers (forward and
+    backward) and of the fp32 dK/dV exchanges (backward), with the contention of what they overlap."""
+    cp, gpn, c, hbm = s.cp, grp.gpus_per_node, ctx.c, ctx.dev.hbm_bytes_per_s
+    heads, kv_heads = max(spec.num_attention_heads // s.tp, 1), max(spec.num_kv_heads // s.tp, 1)
+    d, dv = spec.head_dim, spec.v_head_dim
+    kv_el = ctx.tokens * kv_heads * (d + dv)
+    sp_cp = span(cp, s.tp, gpn)
+    ag = allgather_seconds(cp * kv_el * c, sp_cp, grp.intra, grp.inter)
+    exchange = p2p_seconds(4.0 * kv_el, grp.inter if sp_cp[2] > 1 else grp.intra)  # fp32 dK/dV to the next rank
+    peak = (ctx.dev.peak16_flops if ctx.mm != "fp32" else ctx.dev.peak32_flops) * ctx.dev.sustained
+    k0, k1 = ring.ring_step_keys(s.seq_len, cp)
+    per_key = 2.0 * ctx.tokens * heads * (d + dv)
+    f0 = attention_forward_seconds(per_key * k0, ctx.attn, k0, peak)
+    b0, b1 = (attention_backward_seconds(per_key * k, ctx.attn, k, peak) for k in (k0, k1))
+    merge_f = pointwise_seconds(ring.sdpa_merge_hbm_bytes(ctx.tokens * heads * dv, kv_el, cp, c),
+                                ring.MERGE_KERNELS_PER_STEP * cp, hbm)
+    merge_b = pointwise_seconds(ring.ring_backward_hbm_bytes(ctx.tokens * heads * d, kv_el, cp, c),
+                                ring.BACKWARD_KERNELS_PER_STEP * cp, hbm)
+    fwd = merge_f + ring.torch_cp_forward_exposed_seconds(ag, f0, contention_seconds(ag, f0))
+    hidden = contention_seconds(ag, b0) + (cp - 1) * contention_seconds(exchange, b1)
+    bwd = merge_b + ring.torch_cp_backward_exposed_seconds(ag, b0, exchange, b1, cp, hidden)
+    return fwd, bwd
+
+
+def _stage(spec: ModelSpec, m: _Model, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, stage: int,
+           counts: tuple[int, int] | None = None) -> _Stage:
     dense, moe, head, emb = _phases(spec, m, ctx, s)
-    n_dense, n_moe = _stage_counts(spec, m, s.pp, stage)
+    n_dense, n_moe = counts if counts is not None else _stage_counts(spec, m, s.pp, stage)
     fwd = n_dense * dense.fwd + n_moe * moe.fwd
     bwd = n_dense * dense.bwd + n_moe * moe.bwd
     rec = n_dense * _recompute_seconds(s, dense) + n_moe * _recompute_seconds(s, moe)
@@ -397,6 +431,18 @@ def _optimizer_and_offload(s: TrainingSetup, e: _Entry, dp_exposed: float) -> tu
     return step_overhead_seconds() + gpu_optimizer_seconds(owned, per, e.ctx.dev.hbm_bytes_per_s), 0.0
 
 
+def _hop_seconds(s: TrainingSetup, e: _Entry) -> float:
+    """One pipeline send of a micro-batch's b·s/cp·h activations ÷ tp (Megatron scatters them over the TP
+    ranks, DeepSpeed partitions them) between adjacent stages (PP ranks stride tp·cp·dp)."""
+    one = e.hops.get(s.dp)
+    if one is None:
+        grp, ctx = e.grp, e.ctx
+        nbytes = dsp.ds_pipe_partition_bytes(ctx.tokens, e.spec.hidden_size, ctx.c, s.tp)
+        sp_pp = span(s.pp, s.tp * s.cp * s.dp, grp.gpus_per_node)
+        one = e.hops[s.dp] = p2p_seconds(nbytes, grp.inter if sp_pp[2] > 1 else grp.intra)
+    return one
+
+
 def _pp_comm(s: TrainingSetup, e: _Entry) -> float:
     """Exposed pipeline sends/receives per step: each micro-batch (per virtual chunk) sends its b·s/cp·h
     activations forward and their gradient backward across each stage boundary (÷tp: Megatron scatters
@@ -404,33 +450,71 @@ def _pp_comm(s: TrainingSetup, e: _Entry) -> float:
     the warm-up and cool-down chain."""
     if s.pp <= 1:
         return 0.0
-    one = e.hops.get(s.dp)
-    if one is None:
-        grp, ctx = e.grp, e.ctx
-        nbytes = ctx.tokens * e.spec.hidden_size * ctx.c / s.tp
-        sp_pp = span(s.pp, s.tp * s.cp * s.dp, grp.gpus_per_node)
-        one = e.hops[s.dp] = p2p_seconds(nbytes, grp.inter if sp_pp[2] > 1 else grp.intra)
+    one = _hop_seconds(s, e)
     if s.engine == "megatron" and s.vpp > 1:
         return 2 * (s.pp - 1) * one
     return 2 * s.grad_accum * s.vpp * one
 
 
+@dataclass(frozen=True, slots=True)
+class _DSPipe:
+    """Megatron-DeepSpeed's step parts (trainmem.perf.deepspeed_pipe), seconds per optimizer step."""
+
+    pp_comm: float
+    """Blocking transfers on the critical path and the partition restores of the m + p − 1 schedule slots."""
+    accumulate: float
+    """BF16_Optimizer.update_hp_grads after each backward, in each slot (charged to the optimizer)."""
+    dp_comm: float
+    """After the flush: tied-embedding all-reduce, gradient all-reduce with its copies, parameter all-gather."""
+
+
+def _ds_pipe(s: TrainingSetup, e: _Entry) -> _DSPipe:
+    """DeepSpeed's PipelineEngine under Megatron's model code (module docstring of
+    trainmem.perf.deepspeed_pipe, DeepSpeed v0.6.4–v0.7.0): everything it does is serialised with the
+    compute of its schedule slot or runs after the flush, nothing overlaps. bf16 runs BF16_Optimizer (fp32
+    gradient accumulation per micro-batch, bf16 all-reduce); fp16 reduces its 16-bit gradients the same way
+    without the accumulation."""
+    grp, ctx, spec = e.grp, e.ctx, e.spec
+    gpn, h, hbm = grp.gpus_per_node, spec.hidden_size, ctx.dev.hbm_bytes_per_s
+    restore = 0.0
+    if s.tp > 1:
+        full = ctx.tokens * h * ctx.c
+        restore = (allgather_seconds(full, span(s.tp, 1, gpn), grp.intra, grp.inter)
+                   + pointwise_seconds(dsp.ds_pipe_restore_hbm_bytes(ctx.tokens, h, ctx.c), 2, hbm))
+    slots = dsp.ds_pipe_schedule_slots(s.grad_accum, s.pp)
+    pp_comm = dsp.ds_pipe_comm_seconds(dsp.ds_pipe_critical_transfers(s.grad_accum, s.pp), _hop_seconds(s, e), slots,
+                                       dsp.ds_pipe_restores_per_microbatch(s.pp, s.tp), restore)
+    params = float(e.counts[4])
+    bf16 = s.precision == "mixed-bf16"
+    accumulate = dsp.bf16_accumulate_seconds(params, hbm) if bf16 else 0.0
+    dp_sp = span(s.dp * s.cp, s.tp, gpn)
+    grads = allreduce_seconds(2.0 * params, dp_sp, grp.intra, grp.inter)
+    grads += pointwise_seconds(dsp.bf16_grad_reduce_hbm_bytes(params), 4, hbm) if bf16 else 0.0
+    gather = allgather_seconds(2.0 * params, dp_sp, grp.intra, grp.inter)
+    tied = 0.0
+    if spec.tie_word_embeddings:
+        ends = span(2, (s.pp - 1) * s.tp * s.cp * s.dp, gpn)
+        tied = allreduce_seconds(dsp.tied_embedding_grad_bytes(spec.vocab_size, h, s.tp), ends, grp.intra, grp.inter)
+    return _DSPipe(pp_comm=pp_comm, accumulate=slots * accumulate, dp_comm=grads + gather + tied)
+
+
 def _notes(s: TrainingSetup, e: _Entry) -> tuple[str, ...]:
-    key = (s.offload != "none", s.fsdp_applied, s.gpus > 1)
+    key = (s.offload != "none", s.fsdp_applied, s.gpus > 1, s.megatron_deepspeed)
     hit = e.notes.get(key)
     if hit is None:
         ctx, m = e.ctx, e.m
         hit = e.notes[key] = _notes_cached(
             s.engine, s.recompute, s.tp > 1, s.cp > 1, s.ep > 1, bool(m.moe_layers), s.pp > 1, ctx.attn, ctx.style,
             ctx.fp8_recipe, ctx.amp, key[0], s.is_lora, s.qlora, ctx.dev.name, ctx.dev.mamf_measured, key[1],
-            tp_comm_overlapped(s), key[2])
+            tp_comm_overlapped(s), key[2], key[3])
     return hit
 
 
 @lru_cache(maxsize=4096)
 def _notes_cached(engine: str, recompute: str, tp: bool, cp: bool, ep: bool, moe: bool, pp: bool, attn: str,
                   style: str, fp8: str, amp: bool, offload: bool, lora: bool, qlora: bool, gpu: str,
-                  measured: bool, fsdp: bool, tp_overlap: bool = False, multi: bool = True) -> tuple[str, ...]:
+                  measured: bool, fsdp: bool, tp_overlap: bool = False, multi: bool = True,
+                  ds_pipe: bool = False) -> tuple[str, ...]:
     keys = ["kernels", style, "fa2" if attn == "fa2-hopper" else attn, "placement", "step"]
     if multi:
         keys.append("contention")
@@ -446,6 +530,9 @@ def _notes_cached(engine: str, recompute: str, tp: bool, cp: bool, ep: bool, moe
     sync = {"torch": "ddp", "megatron": "megatron", "deepspeed": "deepspeed"}.get(engine)
     if engine == "fsdp2" and fsdp:
         sync = "fsdp2-pp" if pp else "fsdp2"
+    if ds_pipe:  # DeepSpeed's PipelineEngine replaces Megatron's sends and gradient sync
+        keys = [k for k in keys if k != "pp"]
+        sync = "ds-pipe"
     if sync:
         keys.append(sync)
     keys.append("optimizer")
@@ -469,11 +556,13 @@ def _assemble(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> StepTime:
     mb = st.total
     ga = s.grad_accum
     pp = s.pp
-    dp = dp_sync_seconds(_sync_inputs(s, e), grp.intra, grp.inter)
+    ds = _ds_pipe(s, e) if s.megatron_deepspeed else None
+    dp = ds.dp_comm if ds else dp_sync_seconds(_sync_inputs(s, e), grp.intra, grp.inter)
     opt, off = _optimizer_and_offload(s, e, dp)
     parts = {"compute": ga * (st.fwd + st.bwd) + e.cast, "recompute": ga * st.recompute, "tp_comm": ga * st.tp,
-             "cp_comm": ga * st.cp, "ep_comm": ga * st.ep, "pp_comm": _pp_comm(s, e), "dp_comm": dp,
-             "bubble": (pp - 1) / s.vpp * mb if pp > 1 else 0.0, "offload": off, "optimizer": opt}
+             "cp_comm": ga * st.cp, "ep_comm": ga * st.ep, "pp_comm": ds.pp_comm if ds else _pp_comm(s, e),
+             "dp_comm": dp, "bubble": (pp - 1) / s.vpp * mb if pp > 1 else 0.0, "offload": off,
+             "optimizer": opt + (ds.accumulate if ds else 0.0)}
     total = sum(parts.values())
     tokens = s.micro_batch * ga * s.dp * s.seq_len
     flops = tokens * e.flops_per_token
@@ -506,6 +595,9 @@ def microbatch_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup) -
 def grad_sync_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup, link: Link | None = None) -> float:
     """Exposed DP/ZeRO/FSDP gradient and parameter sync per step (``breakdown["dp_comm"]``); ``link``
     replaces both of the group's links (a slower link between the GPU groups of a mixed pool)."""
+    if setup.megatron_deepspeed:  # DeepSpeed's sync runs after the flush over the group's own links
+        grp = group if link is None else replace(group, intra=link, inter=link)
+        return _ds_pipe(setup, _entry(spec, setup, grp)).dp_comm
     e = _entry(spec, setup, group)
     if link is None:
         return dp_sync_seconds(_sync_inputs(setup, e), group.intra, group.inter)
@@ -515,5 +607,19 @@ def grad_sync_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup, li
 def optimizer_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup) -> float:
     """The optimizer step: on the GPU (memory-bound), or, offloaded, its PCIe traffic and CPU time."""
     e = _entry(spec, setup, group)
+    if setup.megatron_deepspeed:
+        ds = _ds_pipe(setup, e)
+        gpu, off = _optimizer_and_offload(setup, e, ds.dp_comm)
+        return gpu + off + ds.accumulate
     gpu, off = _optimizer_and_offload(setup, e, dp_sync_seconds(_sync_inputs(setup, e), group.intra, group.inter))
     return gpu + off
+
+
+def stage_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup, stage: int, n_dense: int,
+                  n_moe: int = 0) -> dict[str, float]:
+    """One micro-batch's forward + backward on pipeline ``stage`` of ``setup.pp`` holding ``n_dense`` dense
+    and ``n_moe`` MoE decoder layers (an uneven split: the planner's stages on mixed GPU types), by
+    breakdown key (compute, recompute, tp_comm, cp_comm, ep_comm); stage 0 adds the embedding, the last
+    stage the final norm, LM head and loss, as in :func:`microbatch_seconds` (which takes the even split)."""
+    st = _stage(spec, _model(spec), setup, _ctx(spec, setup, device_of(group.gpu)), group, stage, (n_dense, n_moe))
+    return {"compute": st.fwd + st.bwd, "recompute": st.recompute, "tp_comm": st.tp, "cp_comm": st.cp, "ep_comm": st.ep}

@@ -17,7 +17,7 @@ from trainmem.memory.estimate import estimate
 from trainmem.model.spec import ModelSpec
 from trainmem.perf import step_time
 from trainmem.plan.space import engine_precision
-from trainmem.setup import TrainingSetup, make_setup
+from trainmem.setup import FUSED_OPTIMIZERS, TrainingSetup, make_setup
 
 __all__ = ["Option", "techniques", "compare"]
 
@@ -75,8 +75,14 @@ def _sharding(s: TrainingSetup) -> Iterator[Option]:
 
 
 def _optimizer(s: TrainingSetup) -> Iterator[Option]:
-    if s.optimizer in ("adamw", "adam") and s.engine in ("torch", "fsdp2") and s.offload == "none":
-        yield Option("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"})
+    if s.engine not in ("torch", "fsdp2"):
+        return
+    if s.optimizer in FUSED_OPTIMIZERS and s.optimizer_impl == "foreach":
+        # torch's fused kernel: no list-wide temporary at the step (HF Trainer optim="adamw_torch_fused",
+        # torchtitan implementation="fused", torch.optim.AdamW(..., fused=True))
+        yield Option("fused optimizer (fused=True, adamw_torch_fused)", {"optimizer_impl": "fused"})
+    if s.optimizer in ("adamw", "adam") and s.offload == "none":
+        yield Option("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit", "optimizer_impl": "foreach"})
 
 
 def _offload(s: TrainingSetup) -> Iterator[Option]:
@@ -117,6 +123,8 @@ def _changed(s: TrainingSetup, changes: dict[str, object]) -> TrainingSetup:
         fields["sp"] = True
     if fields.get("engine") != s.engine:
         fields["zero"] = changes.get("zero")
+    if fields.get("engine") in ("deepspeed", "megatron"):  # their own fused optimizers
+        fields["optimizer_impl"] = "foreach"
     return make_setup(**fields)
 
 
@@ -147,5 +155,6 @@ def compare(spec: ModelSpec, s: TrainingSetup) -> dict:
 
 
 def _brief(s: TrainingSetup) -> dict:
-    d = s.model_dump(mode="json", include=set(_SETUP_KEYS) | {"cp", "ep", "vpp", "gpus", "gpu", "seq_len"})
+    d = s.model_dump(mode="json", include=set(_SETUP_KEYS) | {"cp", "ep", "vpp", "gpus", "gpu", "seq_len", "optimizer",
+                                                              "optimizer_impl"})
     return d

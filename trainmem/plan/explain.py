@@ -18,7 +18,8 @@ PART_NAMES = {
 
 
 def label(p: Plan) -> str:
-    """``megatron tp2 pp4 vpp2 dp8 zero1 selective mb2×ga8`` (per type in mixed pools)."""
+    """``megatron tp2 pp4 vpp2 dp8 zero1 selective mb2×ga8`` (per type in mixed pools; a pipeline over
+    GPU types: ``… mb1×ga16 stages A100-SXM-80G×2 (15 layers) + RTX-3090-24G×1 (2 layers)``)."""
     k = p.knobs
     parts = [k.engine]
     for name, v in (("tp", k.tp), ("pp", k.pp), ("vpp", k.vpp), ("cp", k.cp), ("ep", k.ep)):
@@ -33,6 +34,10 @@ def label(p: Plan) -> str:
         parts.append(f"offload {k.offload}")
     if len(p.shares) == 1:
         parts.append(f"mb{k.micro_batch}×ga{k.grad_accum}")
+    elif p.layout is not None:
+        lo = p.layout
+        parts.append(f"mb{k.micro_batch}×ga{k.grad_accum} stages "
+                     + " + ".join(f"{t}×{s} ({n} layers)" for t, s, n in zip(lo.types, lo.stages, lo.layers)))
     else:
         parts.append(" + ".join(f"{s.gpu} mb{s.knobs.micro_batch}×ga{s.knobs.grad_accum}" for s in p.shares))
     return " ".join(parts)
@@ -42,7 +47,7 @@ def why_best(plans: Sequence[Plan]) -> str:
     """One sentence: by how much the first plan is faster than the second and which part of the step
     makes the difference (the largest difference in the breakdown)."""
     if len(plans) < 2:
-        return "only one configuration fits"
+        return "only one configuration fits" + _stages_clause(plans[0])
     a, b = plans[0], plans[1]
     gain = (a.tokens_per_second / b.tokens_per_second - 1) * 100
     ma = a.most_loaded.memory.device_total_bytes / 2**30
@@ -54,7 +59,19 @@ def why_best(plans: Sequence[Plan]) -> str:
     diffs = {k: b.time_breakdown.get(k, 0.0) - a.time_breakdown.get(k, 0.0) for k in keys}
     part = max(diffs, key=lambda k: diffs[k])
     return (f"{label(a)} is {gain:.1f} % faster than {label(b)}: {diffs[part]:.3f} s less "
-            f"{PART_NAMES.get(part, part)} per step ({ma:.1f} GiB vs {mb:.1f} GiB per GPU)")
+            f"{PART_NAMES.get(part, part)} per step ({ma:.1f} GiB vs {mb:.1f} GiB per GPU)" + _stages_clause(a))
+
+
+def _stages_clause(p: Plan) -> str:
+    """For a pipeline over GPU types: where its stages run and what the uneven split buys."""
+    lo = p.layout
+    if lo is None:
+        return ""
+    slow = max(lo.stage_seconds)
+    out = f"; {lo.words()}: the slowest stage takes {slow:.3f} s per micro-batch"
+    if lo.even_seconds > slow * 1.0005:
+        out += f" (an even split of the layers: {lo.even_seconds:.3f} s)"
+    return out
 
 
 def left_out(cluster, best: Plan, best_whole: Plan | None, bound: float) -> str:  # noqa: ANN001

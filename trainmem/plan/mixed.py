@@ -15,18 +15,20 @@ batch and weights its loss by its share of the tokens (``runs_on`` says so). The
 engines run — the same ``m`` and ``a`` everywhere — is listed too, and so are the plans that leave
 the slower types out.
 
-Not modelled yet: pipeline stages on different types (uneven stages by memory and speed).
+One pipeline over several types — stages on different GPU types, with layer counts chosen by memory and
+speed — is searched by :mod:`trainmem.plan.stages`.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
-from dataclasses import replace
 
 from trainmem.perf import grad_sync_seconds
 from trainmem.plan.result import GroupShare, Plan
 from trainmem.plan.search import GroupSearch, PlanRequest, single_group_plans
-from trainmem.plan.space import Knobs, SpaceLimits, configurations
+from trainmem.plan.space import Knobs, SpaceLimits, configurations, with_knobs
+from trainmem.plan.stages import staged_plans
 
 __all__ = ["mixed_plans"]
 
@@ -53,7 +55,7 @@ def _structures(req: PlanRequest, searches: Sequence[GroupSearch]) -> list[Knobs
 
 def _for_group(k: Knobs, gs: GroupSearch, mb: int, ga: int) -> Knobs:
     dp = gs.group.count // (k.tp * k.pp * k.cp)
-    return replace(k, dp=dp, micro_batch=mb, grad_accum=ga)
+    return with_knobs(k, dp=dp, micro_batch=mb, grad_accum=ga)
 
 
 def _in_flight_accum(k: Knobs) -> int:
@@ -161,8 +163,7 @@ def _mixed_for_structure(req: PlanRequest, searches: Sequence[GroupSearch], k: K
     mbs = [_max_micro_batch(gs, k, cap) for gs in searches]
     if not all(mbs):
         return []
-    secs = [searches[i].time_of(_for_group(k, searches[i], mbs[i], 1)).microbatch_seconds
-            for i in range(len(searches))]
+    secs = [searches[i].microbatch_seconds(_for_group(k, searches[i], mbs[i], 1)) for i in range(len(searches))]
     out = []
     custom_mbs = list(mbs)
     gas = _allocate(req.global_batch, dps, custom_mbs, secs) if _custom_loop_engine(k) else None
@@ -196,7 +197,7 @@ def _rates(req: PlanRequest, gs: GroupSearch, k: Knobs, cap: int) -> dict[int, f
     while mb <= cap:
         if mb > 1 and gs.bounded_out(_for_group(k, gs, mb, ga)):
             break  # this micro-batch cannot fit this type (nor any larger one): not a rate it can reach
-        out[mb] = mb / gs.time_of(_for_group(k, gs, mb, 1)).microbatch_seconds
+        out[mb] = mb / gs.microbatch_seconds(_for_group(k, gs, mb, 1))
         mb *= 2
     return out
 
@@ -229,8 +230,13 @@ def _cross_link(req: PlanRequest, searches: Sequence[GroupSearch]):  # noqa: ANN
 
 
 def _per_step_seconds(gs: GroupSearch, k: Knobs) -> float:
-    b = gs.time_of(_for_group(k, gs, 1, 1)).breakdown
-    return b.get("optimizer", 0.0) + b.get("offload", 0.0)
+    """The optimizer step and offload traffic of one step (memoised per structure: not recompute)."""
+    key = ("per_step",) + k.structure()
+    got = gs.memo.get(key)
+    if got is None:
+        b = gs.time_of(_for_group(k, gs, 1, 1)).breakdown
+        got = gs.memo[key] = b.get("optimizer", 0.0) + b.get("offload", 0.0)
+    return got
 
 
 def _custom_loop_engine(k: Knobs) -> bool:
@@ -240,30 +246,80 @@ def _custom_loop_engine(k: Knobs) -> bool:
     return k.engine in ("torch", "fsdp2")
 
 
+class _Found:
+    """Plans found so far, and the speed a new plan must reach to enter the ``top`` (the floor that lets
+    later searches stop early without changing the result)."""
+
+    def __init__(self, top: int) -> None:
+        self.top, self.plans, self.speeds = top, [], []  # type: ignore[var-annotated]
+
+    def add(self, plans: Sequence[Plan]) -> None:
+        self.plans.extend(plans)
+        self.speeds = sorted(self.speeds + [p.tokens_per_second for p in plans], reverse=True)[:self.top]
+
+    def floor(self) -> float:
+        return self.speeds[-1] if len(self.speeds) >= self.top else 0.0
+
+
+def _strength(gs: GroupSearch) -> float:
+    return gs.group.count * _peak_flops(gs)
+
+
 def mixed_plans(req: PlanRequest, searches: Sequence[GroupSearch]) -> tuple[list[Plan], dict]:
-    """Plans over each type alone and over the whole pool; layouts over the whole pool are visited in
-    order of their upper bound, and the search stops once ``top`` plans (of any kind) beat every bound
-    left. Also returns what is known of the best whole-pool plan (for "leaving the slower types out
-    is faster"): the best one found and the bound no unvisited layout can exceed."""
-    plans: list[Plan] = []
-    for gs in searches:  # each type alone (the others left out)
-        plans.extend(single_group_plans(gs, gs.group.count, req.global_batch, req.top))
-    ranked = []
-    for k in _structures(req, searches):
-        if any(gs.bounded_out(_for_group(k, gs, 1, 1)) for gs in searches):
-            continue
-        ranked.append((_upper_bound(req, searches, k), k))
-    ranked.sort(key=lambda r: -r[0])
-    speeds = sorted((p.tokens_per_second for p in plans), reverse=True)
+    """Plans over each type alone and over the whole pool. The strongest type alone is searched first,
+    then one pipeline over the types (:func:`~trainmem.plan.stages.staged_plans`); same-layout layouts
+    over the whole pool are visited in order of their upper bound and the visit stops once ``top``
+    plans (of any kind) beat every bound left; the other types alone are searched last, each
+    stopping below the speed the ``top``-th plan found so far already has (a plan slower than that
+    cannot be in the answer). Also returns what is known of the best whole-pool plan (for "leaving the
+    slower types out is faster"): the best one found and the bound no unvisited layout can exceed."""
+    found = _Found(req.top)
+    order = sorted(searches, key=_strength, reverse=True)
+    found.add(single_group_plans(order[0], order[0].group.count, req.global_batch, req.top))
+    staged = staged_plans(req, searches, found)  # one pipeline over the types, uneven stages
+    best_whole, bound_left = _whole_pool(req, searches, found)
+    if staged is not None and len(staged.shares) == len(searches) and (
+            best_whole is None or staged.tokens_per_second > best_whole.tokens_per_second):
+        best_whole = staged
+    for gs in order[1:]:  # each other type alone (the others left out)
+        found.add(single_group_plans(gs, gs.group.count, req.global_batch, req.top, floor=found.floor()))
+    return found.plans, {"best_whole_pool": best_whole, "whole_pool_bound": bound_left}
+
+
+def _whole_pool(req: PlanRequest, searches: Sequence[GroupSearch], found: _Found) -> tuple[Plan | None, float]:
+    """Same-layout plans over every type, layouts in order of :func:`_upper_bound`: (the best one, the
+    bound left when the visit stopped; 0 when every layout was visited). A layout enters with
+    :func:`_sync_bound` (the per-step time no batch split avoids) and is bounded fully, and then
+    visited, only when that key reaches the top: both are upper bounds, so the visit order and the stop
+    are those of the full bound."""
+    heap = [(-_sync_bound(req, searches, k), n, 0, k) for n, k in enumerate(_structures(req, searches))]
+    heapq.heapify(heap)
     best_whole: Plan | None = None
-    bound_left = 0.0
-    for i, (bound, k) in enumerate(ranked):
-        if len(speeds) >= req.top and bound <= speeds[req.top - 1]:
-            bound_left = bound
-            break
-        for p in _mixed_for_structure(req, searches, k):
-            plans.append(p)
-            speeds = sorted(speeds + [p.tokens_per_second], reverse=True)
+    while heap:
+        key, n, level, k = heapq.heappop(heap)
+        if len(found.speeds) >= req.top and -key <= found.floor():
+            return best_whole, -key
+        if level == 0:
+            if not any(gs.bounded_out(_for_group(k, gs, 1, 1)) for gs in searches):
+                heapq.heappush(heap, (-_upper_bound(req, searches, k), n, 1, k))
+            continue
+        got = _mixed_for_structure(req, searches, k)
+        found.add(got)
+        for p in got:
             if best_whole is None or p.tokens_per_second > best_whole.tokens_per_second:
                 best_whole = p
-    return plans, {"best_whole_pool": best_whole, "whole_pool_bound": bound_left}
+    return best_whole, 0.0
+
+
+def _sync_bound(req: PlanRequest, searches: Sequence[GroupSearch], k: Knobs) -> float:
+    """Tokens/s no whole-pool plan of this layout beats for its per-step time alone: the fastest type's
+    optimizer step and offload, and the gradient synchronisation over the link between types at its
+    least exposed (one micro-batch of the largest power of two the batch allows on each type: the most
+    backward to hide behind), as in :func:`_upper_bound`."""
+    dps = [gs.group.count // (k.tp * k.pp * k.cp) for gs in searches]
+    cap = max(1, req.global_batch // sum(dps))
+    mb = 1 << (cap.bit_length() - 1)
+    fixed = min(_per_step_seconds(gs, k) for gs in searches)
+    cross = _cross_link(req, searches)
+    sync = min(grad_sync_seconds(req.spec, gs.view(_for_group(k, gs, mb, 1)), gs.group, cross) for gs in searches)
+    return req.global_batch * req.seq_len / (fixed + sync)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from trainmem.memory.estimate import MemoryEstimate
 from trainmem.perf import StepTime
 from trainmem.plan.space import Knobs
 from trainmem.setup import TrainingSetup
+
+if TYPE_CHECKING:
+    from trainmem.plan.stages import StageLayout
 
 __all__ = ["GroupShare", "Plan", "PlanResult"]
 
@@ -44,6 +48,9 @@ class Plan:
     runs_on: str
     """Which stock engine runs it as it is, or what a custom loop must do (mixed pools)."""
     notes: tuple[str, ...] = ()
+    layout: StageLayout | None = None
+    """Pipeline stages on different GPU types (mixed pools): one pipeline over the shares' types, each
+    share its stages; None when every type runs whole replicas of one layout."""
 
     @property
     def knobs(self) -> Knobs:
@@ -56,7 +63,18 @@ class Plan:
 
     @property
     def dp(self) -> int:
+        """Data-parallel replicas: of every type together, or of the one pipeline across the types."""
+        if self.layout is not None:
+            return self.shares[0].knobs.dp
         return sum(s.knobs.dp for s in self.shares)
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step (Σ over the types of dp·micro_batch·grad_accum; one pipeline: its own)."""
+        if self.layout is not None:
+            k = self.shares[0].knobs
+            return k.dp * k.micro_batch * k.grad_accum
+        return sum(s.knobs.dp * s.knobs.micro_batch * s.knobs.grad_accum for s in self.shares)
 
     @property
     def tokens_per_second(self) -> float:
@@ -76,7 +94,7 @@ class Plan:
             "engine": k.engine, "zero": k.zero, "recompute": k.recompute, "offload": k.offload,
             "micro_batch": k.micro_batch, "grad_accum": k.grad_accum,
             "precision": self.shares[0].setup.precision,
-            "per_gpu_type": {s.gpu: s.to_dict() for s in self.shares},
+            "per_gpu_type": self._per_gpu_type(),
             "peak_allocated_bytes": m.peak_allocated_bytes, "peak_reserved_bytes": m.peak_reserved_bytes,
             "device_total_bytes": m.device_total_bytes, "gpu_memory_bytes": m.gpu_memory_bytes,
             "step_seconds": self.step_seconds, "tokens_per_step": self.tokens_per_step,
@@ -84,7 +102,23 @@ class Plan:
             "tokens_per_second_per_gpu": self.tokens_per_second / self.gpus,
             "mfu": self.mfu, "time_breakdown": dict(self.time_breakdown), "runs_on": self.runs_on,
             "notes": list(self.notes),
+            **self._layout_dict(),
         }
+
+    def _per_gpu_type(self) -> dict[str, dict]:
+        out = {s.gpu: s.to_dict() for s in self.shares}
+        if self.layout is not None:  # which stages each type holds, and their layers
+            for i, t in enumerate(self.layout.types):
+                r = self.layout.stages_of(i)
+                out[t].update(pipeline_stages=list(r), layers_per_stage=self.layout.layers[i])
+        return out
+
+    def _layout_dict(self) -> dict:
+        if self.layout is None:
+            return {}
+        lo = self.layout
+        return {"layers_per_stage": list(lo.layers_per_stage), "stage_types": list(lo.stage_types),
+                "stage_seconds": list(lo.stage_seconds), "even_split_stage_seconds": lo.even_seconds}
 
 
 @dataclass(slots=True)

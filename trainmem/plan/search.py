@@ -2,15 +2,23 @@
 
 How it stays exact and fast (no sampling):
 
-1. every valid configuration of the pool (:func:`trainmem.plan.space.configurations`) is bounded
-   from below in memory (:func:`~trainmem.plan.bounds.states_lower_bound_bytes`, a few integer
-   operations) and the ones that cannot fit are dropped;
-2. the step time of each survivor is predicted (:func:`trainmem.perf.step_time`, pure arithmetic);
-3. candidates are visited fastest first and their memory is estimated
+1. every valid configuration's root (least recompute, no offload) of the pool
+   (:func:`trainmem.plan.space.configurations`) enters a frontier with an *optimistic* speed: its step
+   takes at least ``grad_accum`` + the 1F1B bubble's micro-batches of the slowest stage plus the host
+   overhead (:meth:`GroupSearch.optimistic_tokens_per_second`, arithmetic on a micro-batch time memoised
+   over ZeRO stage, offload and interleaving; roots that share it enter as one family);
+2. only when a candidate reaches the top of the frontier is it bounded in memory
+   (:meth:`GroupSearch.bounded_out`: model states, resident gradient buffers, the in-flight micro-batches'
+   activations and the logits, with the margin and the CUDA context: a few integer operations) and timed
+   exactly (:func:`trainmem.perf.step_time`); it re-enters with its exact speed. No optimistic key is
+   below the exact one (``tests/plan`` checks it), so candidates leave in exact order of predicted speed;
+3. a candidate at the top with its exact speed has its memory estimated
    (:func:`trainmem.memory.estimate`, memoised). A configuration that does not fit proves that the
    same structure with a larger micro-batch, or with less recompute, does not fit either (memory
-   grows with both: ``tests/memory/test_properties.py``), so those are skipped without estimating;
-4. the search stops when ``top`` plans of distinct strategies fit: every faster configuration was
+   grows with both: ``tests/memory/test_properties.py``), so those are skipped without estimating; a
+   refusal puts the configuration's savers (more recompute, offload — each slower) in the frontier;
+4. the search stops when ``top`` plans of distinct strategies fit, or when nothing left can reach a
+   ``floor`` a caller already holds ``top`` plans above (mixed pools): every faster configuration was
    either estimated and refused or implied refused, so the first plan is the best of the whole space.
 
 "Fits" means the estimate's ``device_total_bytes`` (reserved + CUDA context + NCCL) with
@@ -21,18 +29,20 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from trainmem.errors import ConfigError, TrainmemError
 from trainmem.hardware.cluster import Cluster, GPUGroup
 from trainmem.memory.estimate import MemoryEstimate, estimate
+from trainmem.memory.overhead import CUDA_CONTEXT_BYTES, cuda_only_allocated_bytes
 from trainmem.model.spec import ModelSpec
-from trainmem.perf import StepTime, step_time
-from trainmem.plan.bounds import states_lower_bound_bytes
+from trainmem.perf import StepTime, microbatch_seconds, step_time
+from trainmem.perf.step import step_overhead_seconds
+from trainmem.plan.bounds import logits_bytes, resident_bytes, stage_layer_params, states_lower_bound_bytes
 from trainmem.plan.result import GroupShare, Plan, PlanResult
-from trainmem.plan.space import (ENGINES, KNOB_KEYS, Knobs, SpaceLimits, configurations, engine_precision, is_root,
-                                 savers)
+from trainmem.plan.space import (ENGINES, KNOB_KEYS, Knobs, SpaceLimits, configurations, engine_precision, savers,
+                                 with_knobs)
 from trainmem.plan.view import SetupView
 from trainmem.setup import TrainingSetup, make_setup
 
@@ -78,9 +88,14 @@ class GroupSearch:
         self._est: dict[Knobs, MemoryEstimate | None] = {}
         self._refused: dict[tuple, list[tuple[int, int]]] = {}
         self._time: dict[Knobs, StepTime] = {}
-        self._bound: dict[tuple, int] = {}
+        self._mbs: dict[tuple, float] = {}
+        self._bound: dict[tuple, tuple[int, int, int]] = {}
         self._act: dict[tuple, int] = {}
         self._layer_act: dict[tuple, list[int]] = {}
+        self._fixed_bytes = cuda_only_allocated_bytes(group.gpu)
+        self._overhead = step_overhead_seconds()
+        self.memo: dict[tuple, object] = {}
+        """Per-type values other modules derive once (mixed pools, pipeline stages)."""
         self.evaluated = 0
         self.estimated = 0
 
@@ -114,14 +129,45 @@ class GroupSearch:
         self.evaluated += 1
         return step_time(self.req.spec, setup, self.group)
 
+    def microbatch_seconds(self, k: Knobs) -> float:
+        """One micro-batch's forward + backward on the slowest stage (``StepTime.microbatch_seconds``),
+        memoised on what it depends on: not ZeRO, offload, interleaving or accumulation (the stage
+        entry of :mod:`trainmem.perf.step` is keyed without them)."""
+        key = (k.engine, k.dp, k.tp, k.pp, k.cp, k.ep, k.recompute, k.micro_batch)
+        got = self._mbs.get(key)
+        if got is None:
+            hit = self._time.get(k)
+            got = hit.microbatch_seconds if hit is not None else \
+                microbatch_seconds(self.req.spec, self.view(k), self.group)
+            self._mbs[key] = got
+        return got
+
+    def optimistic_tokens_per_second(self, k: Knobs) -> float:
+        """Tokens/s that ``k`` cannot beat: its step takes at least ``grad_accum`` micro-batches on the
+        slowest stage, the 1F1B bubble ``(pp - 1)/vpp`` of them and the per-step host overhead (every other
+        part of the breakdown is ≥ 0; ``tests/plan`` checks the bound against :func:`step_time`)."""
+        mbs = self.microbatch_seconds(k)
+        step = (k.grad_accum + ((k.pp - 1) / k.vpp if k.pp > 1 else 0.0)) * mbs + self._overhead
+        return k.micro_batch * k.grad_accum * k.dp * self.req.seq_len / step
+
     def implied_refused(self, k: Knobs) -> bool:
+        """A refusal at (recompute r0, micro-batch m0) covers every larger micro-batch with less recompute, but
+        Megatron's selective recompute is not below its no-recompute: with fused attention nothing s² is
+        dropped and the checkpoint's v, a view of the fused qkv output, keeps that whole buffer
+        (trainmem/memory/megatron_activations.py), so a selective refusal there covers selective only."""
         r = _RECOMPUTE_RANK[k.recompute]
-        return any(r <= r0 and k.micro_batch >= m0 for r0, m0 in self._refused.get(k.structure(), ()))
+        sel = _RECOMPUTE_RANK["selective"]
+        exact = k.engine == "megatron"
+        return any((r == r0 if exact and r0 == sel else r <= r0) and k.micro_batch >= m0
+                   for r0, m0 in self._refused.get(k.structure(), ()))
 
     def memory(self, k: Knobs, setup: TrainingSetup) -> MemoryEstimate | None:
         """The estimate if it fits with the margin, else None (and the refusal is remembered)."""
         if k in self._est:
             return self._est[k]
+        if self._floor_refuses(k):
+            self._est[k] = None
+            return None
         self.estimated += 1
         try:
             est = estimate(self.req.spec, setup)
@@ -130,45 +176,98 @@ class GroupSearch:
         ok = est if est is not None and fits_with_margin(est, self.req.margin) else None
         self._est[k] = ok
         if ok is None:
-            self._refused.setdefault(k.structure(), []).append((_RECOMPUTE_RANK[k.recompute], k.micro_batch))
-            self._check_floor(k)
+            self._refuse(k)
         return ok
 
-    def _check_floor(self, k: Knobs) -> None:
-        """After a refusal, try the structure's least memory (full recompute, micro-batch 1): if that
-        does not fit either, no variant of the structure does, and one estimate rules them all out."""
-        floor = replace(k, recompute="full", micro_batch=1, grad_accum=k.micro_batch * k.grad_accum)
-        if floor == k or floor in self._est:
-            return
-        s = self.setup(floor)
-        if s is not None:
-            self.memory(floor, s)
+    def _refuse(self, k: Knobs) -> None:
+        self._refused.setdefault(k.structure(), []).append((_RECOMPUTE_RANK[k.recompute], k.micro_batch))
 
+    def _floor_refuses(self, k: Knobs) -> bool:
+        """Before a third estimate of a structure that memory refused twice, its least memory (full
+        recompute, micro-batch 1) is tried: if that does not fit either (bounded out, or estimated), no
+        variant of the structure does, and the refusal covers them all (``implied_refused``)."""
+        if len(self._refused.get(k.structure(), ())) < 3:
+            return False
+        floor = with_knobs(k, recompute="full", micro_batch=1, grad_accum=k.micro_batch * k.grad_accum)
+        if floor == k:
+            return False
+        if floor not in self._est:
+            if self.bounded_out(floor):
+                self._est[floor] = None
+                self._refuse(floor)
+            else:
+                s = self.setup(floor)
+                if s is None:
+                    return False
+                self.memory(floor, s)
+        return self._est[floor] is None
+
+    # -- memory bounds --------------------------------------------------------------------------
     def bounded_out(self, k: Knobs) -> bool:
-        """True if the configuration cannot fit: its model states plus one micro-batch's activations
-        of its pipeline stage already exceed the GPU (both never above what the estimator counts)."""
-        key = (k.engine, k.tp, k.pp, k.ep, k.dp, k.cp, k.zero, k.offload)
-        lb = self._bound.get(key)
-        if lb is None:
-            x = self.req.setup_extra
-            lb = states_lower_bound_bytes(self.req.spec, k, engine_precision(k.engine, self.family),
-                                          str(x.get("optimizer", "adamw")), bool(x.get("lora_rank")), bool(x.get("qlora")))
-            self._bound[key] = lb
-        if lb > self.memory_budget:
+        """True if the configuration cannot fit with the margin (:meth:`_over`): the model states of the
+        average stage already do not, or stage 0 does not hold its states, what stays resident beside
+        them (:func:`~trainmem.plan.bounds.resident_bytes`) and the activations of the micro-batches it
+        holds in flight (1F1B: ``min(pp, grad_accum)``, and ``(pp - 1)/(pp·vpp)`` more of each when
+        interleaved, ``trainmem/memory/walk.py``; one without a pipeline), or the last stage its own
+        with one micro-batch and its logits. Each part is never above what the estimator counts."""
+        average, first, last = self._state_bounds(k)
+        if self._over(max(average, first, last)):
+            return True  # (the states alone: no need to look at the activations)
+        in_flight = min(k.pp, k.grad_accum) if k.pp > 1 else 1
+        interleave = 1 + (k.pp - 1) / (k.pp * k.vpp) if k.vpp > 1 else 1.0
+        act0 = k.micro_batch * in_flight * interleave * self._activations_per_sequence(k, 0)
+        logits = self._logits(k)
+        if k.pp == 1:
+            return self._over(first + act0 + logits)
+        if self._over(first + act0):
             return True
-        return lb + k.micro_batch * self._activations_per_sequence(k) > self.memory_budget
+        return self._over(last + k.micro_batch * self._activations_per_sequence(k, k.pp - 1) + logits)
 
-    def _activations_per_sequence(self, k: Knobs) -> int:
-        """What the layers of stage 0 keep through one sequence's forward under ``k.recompute``
-        (``StepPlan.saved_eff``, linear in the micro-batch), less 2 % for per-allocation rounding. At
-        the end of a micro-batch's forward all of it is alive beside the model states, on every
-        schedule (1F1B runs at least one whole forward before that micro-batch's backward)."""
-        key = (k.engine, k.tp, k.cp, k.ep, k.recompute, k.pp)
+    def _logits(self, k: Knobs) -> int:
+        """The last stage's logits of one micro-batch (0 under a loss that does not build them whole)."""
+        if self.req.setup_extra.get("loss", "hf") != "hf":
+            return 0
+        return logits_bytes(self.req.spec, k, self.req.seq_len)
+
+    def _over(self, allocated: float) -> bool:
+        """True if a step that allocates at least ``allocated`` bytes cannot fit with the margin: the
+        estimate's device total is at least its peak (≥ ``allocated`` + the cuBLAS workspace) plus the
+        CUDA context, and ``fits_with_margin`` adds ``margin`` × reserved (≥ peak)."""
+        return (1 + self.req.margin) * (allocated + self._fixed_bytes) + CUDA_CONTEXT_BYTES > self.memory_budget
+
+    def _state_bounds(self, k: Knobs) -> tuple[int, int, int]:
+        """(states of the average stage's rank, states + resident memory of stage 0's rank, and of the
+        last stage's)."""
+        key = (k.engine, k.tp, k.pp, k.ep, k.dp, k.cp, k.zero, k.offload)
+        got = self._bound.get(key)
+        if got is None:
+            x, spec = self.req.setup_extra, self.req.spec
+            prec, lora = engine_precision(k.engine, self.family), bool(x.get("lora_rank"))
+            opt, qlora, fp8w = str(x.get("optimizer", "adamw")), bool(x.get("qlora")), bool(x.get("fp8_params"))
+            grad16 = bool(x.get("grad_reduce_16bit"))
+
+            def stage(i: int) -> int:
+                n = stage_layer_params(spec, k, i)
+                return (states_lower_bound_bytes(spec, k, prec, opt, lora, qlora, n=n, fp8_params=fp8w)
+                        + resident_bytes(k, prec, n, lora, grad16))
+
+            first = stage(0)
+            got = (states_lower_bound_bytes(spec, k, prec, opt, lora, qlora, fp8_params=fp8w), first,
+                   stage(k.pp - 1) if k.pp > 1 else first)
+            self._bound[key] = got
+        return got
+
+    def _activations_per_sequence(self, k: Knobs, stage: int) -> int:
+        """What the layers of pipeline ``stage`` keep through one sequence's forward under
+        ``k.recompute`` (``StepPlan.saved_eff``, linear in the micro-batch), less 2 % for per-allocation
+        rounding. At the end of a micro-batch's forward all of it is alive beside the model states, on
+        every schedule."""
+        key = (k.engine, k.tp, k.cp, k.ep, k.recompute, k.pp, stage)
         got = self._act.get(key)
         if got is None:
             from trainmem.memory.states import stage_layers
             per_layer = self._saved_per_layer(k)
-            got = int(sum(per_layer[i] for i in stage_layers(len(per_layer), k.pp, 0)) * 0.98)
+            got = int(sum(per_layer[i] for i in stage_layers(len(per_layer), k.pp, stage)) * 0.98)
             self._act[key] = got
         return got
 
@@ -179,7 +278,7 @@ class GroupSearch:
         got = self._layer_act.get(key)
         if got is None:
             got = [0] * self.req.spec.num_layers
-            s = self.setup(replace(k, micro_batch=1, grad_accum=1, pp=1, vpp=1, dp=k.dp * k.pp))
+            s = self.setup(with_knobs(k, micro_batch=1, grad_accum=1, pp=1, vpp=1, dp=k.dp * k.pp))
             if s is not None:
                 from trainmem.memory.plan import kept_per_layer
                 got = kept_per_layer(self.req.spec, s)
@@ -192,53 +291,103 @@ class GroupSearch:
         lim = SpaceLimits(gpus=gpus, gpus_per_node=self.group.gpus_per_node, global_batch=global_batch,
                           seq_len=self.req.seq_len, lora=bool(self.req.setup_extra.get("lora_rank")),
                           fp8=self.family == "fp8")
-        return [k for k in configurations(self.req.spec, lim, fixed, self.req.engines) if is_root(k, fixed)]
+        root_fixed = {**fixed, "recompute": fixed.get("recompute", "none"), "offload": fixed.get("offload", "none")}
+        return list(configurations(self.req.spec, lim, root_fixed, self.req.engines))
 
     def best(self, gpus: int, global_batch: int, fixed: Mapping[str, object], top: int,
-             distinct: bool = True) -> list[tuple[StepTime, Knobs, TrainingSetup, MemoryEstimate]]:
+             distinct: bool = True, floor: float = 0.0) -> list[tuple[StepTime, Knobs, TrainingSetup, MemoryEstimate]]:
         """The ``top`` fastest configurations that fit, one per strategy (structure + recompute) when
-        ``distinct``, fastest first.
+        ``distinct``, fastest first; none slower than ``floor`` tokens/s (the search stops there: a
+        caller that already holds ``top`` plans at least that fast needs no slower one).
 
-        Candidates come out of a heap ordered by predicted speed. It starts with the roots; a
-        configuration that memory refuses (bounded out, implied, or estimated) puts its savers (more
-        recompute, offload) in the heap — they are slower than it, so the heap's order stays exact.
-        A saver of a configuration that fits is never faster than it and is not listed."""
-        heap: list[tuple[float, int, Knobs]] = []
-        pushed: set[Knobs] = set()
+        Candidates come out of a :class:`_Frontier` in order of predicted speed. It starts with the
+        roots; a configuration that memory refuses (bounded out, implied, or estimated) puts its savers
+        (more recompute, offload) in it — they are slower than it, so the order stays exact. A saver of
+        a configuration that fits is never faster than it and is not listed."""
+        frontier = _Frontier(self, fixed)
         found, seen = [], set()
-
-        def push(k: Knobs) -> None:
-            if k in pushed:
-                return
-            pushed.add(k)
-            if self.bounded_out(k):
-                for v in savers(k, fixed):
-                    push(v)
-                return
-            heapq.heappush(heap, (-self.time_of(k).tokens_per_second, len(pushed), k))
-
-        for k in self.roots(gpus, global_batch, fixed):
-            push(k)
-        while heap and len(found) < top:
-            _, _, k = heapq.heappop(heap)
-            tag = (k.structure(), k.recompute)
-            if distinct and tag in seen:
-                continue
+        frontier.push_roots(self.roots(gpus, global_batch, fixed))
+        skip = (lambda k: (k.structure(), k.recompute) in seen) if distinct else (lambda k: False)
+        while len(found) < top:
+            k = frontier.pop(skip, floor)
+            if k is None:
+                break
             s = None if self.implied_refused(k) else self.setup(k)
             est = self.memory(k, s) if s is not None else None
             if est is None:
-                for v in savers(k, fixed):
-                    push(v)
+                frontier.push_savers(k)
                 continue
             found.append((self.time_of(k), k, s, est))
-            seen.add(tag)
+            seen.add((k.structure(), k.recompute))
         return found
 
 
-def single_group_plans(gs: GroupSearch, gpus: int, global_batch: int, top: int) -> list[Plan]:
+class _Frontier:
+    """Candidates by predicted tokens/s, fastest first. A configuration enters with an optimistic key
+    (:meth:`GroupSearch.optimistic_tokens_per_second`, arithmetic on a memoised micro-batch time) and
+    is timed exactly, and bounded, only when that key reaches the top; it then re-enters with its exact
+    speed. No key is below its exact value, so the configurations leave in exactly the order of their
+    predicted speed, as if every one had been timed up front. The roots enter as families that share
+    the micro-batch time (they differ in ZeRO stage and interleaving) under the family's best key, and
+    are split when that key reaches the top."""
+
+    _FAMILY, _OPTIMISTIC, _EXACT = 0, 1, 2
+
+    def __init__(self, gs: GroupSearch, fixed: Mapping[str, object]) -> None:
+        self.gs, self.fixed = gs, fixed
+        self.heap: list[tuple[float, int, int, object]] = []
+        self.pushed: set[Knobs] = set()
+        self.count = 0
+
+    def _add(self, key: float, kind: int, item: object) -> None:
+        self.count += 1
+        heapq.heappush(self.heap, (-key, self.count, kind, item))
+
+    def push_roots(self, roots: Iterable[Knobs]) -> None:
+        families: dict[tuple, list[Knobs]] = {}
+        for k in roots:
+            families.setdefault((k.engine, k.dp, k.tp, k.pp, k.cp, k.ep, k.recompute, k.micro_batch), []).append(k)
+        for members in families.values():
+            best = max(members, key=lambda k: k.vpp)  # the least bubble: the family's highest key
+            self._add(self.gs.optimistic_tokens_per_second(best), self._FAMILY, members)
+
+    def push(self, k: Knobs) -> None:
+        if k not in self.pushed:
+            self.pushed.add(k)
+            self._add(self.gs.optimistic_tokens_per_second(k), self._OPTIMISTIC, k)
+
+    def push_savers(self, k: Knobs) -> None:
+        for v in savers(k, self.fixed):
+            self.push(v)
+
+    def pop(self, skip: Callable[[Knobs], bool], floor: float = 0.0) -> Knobs | None:
+        """The fastest configuration left that the memory bound does not refuse (and ``skip`` does not
+        drop); None when none is left or none can reach ``floor`` tokens/s. Bounded-out ones put their
+        savers in."""
+        heap, gs = self.heap, self.gs
+        while heap and -heap[0][0] >= floor:
+            _, n, kind, item = heapq.heappop(heap)
+            if kind == self._FAMILY:
+                for k in item:  # type: ignore[attr-defined]
+                    self.push(k)
+                continue
+            k = item  # type: ignore[assignment]
+            if skip(k):
+                continue
+            if kind == self._EXACT:
+                return k
+            if gs.bounded_out(k):
+                self.push_savers(k)
+                continue
+            heapq.heappush(heap, (-gs.time_of(k).tokens_per_second, n, self._EXACT, k))
+        return None
+
+
+def single_group_plans(gs: GroupSearch, gpus: int, global_batch: int, top: int, floor: float = 0.0) -> list[Plan]:
+    """The ``top`` fastest plans of one GPU type (none slower than ``floor`` tokens/s)."""
     req = gs.req
     out = []
-    for t, k, s, est in gs.best(gpus, global_batch, req.fixed, top):
+    for t, k, s, est in gs.best(gpus, global_batch, req.fixed, top, floor=floor):
         share = GroupShare(gpu=gs.group.gpu.name, gpus=k.gpus, knobs=k, setup=s, memory=est, time=t)
         out.append(Plan(shares=(share,), step_seconds=t.step_seconds, tokens_per_step=t.tokens_per_step,
                         mfu=t.mfu, time_breakdown=dict(t.breakdown), runs_on=k.engine, notes=t.notes))

@@ -19,12 +19,13 @@ run and the estimator can validate, for a global batch that is preserved exactly
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from trainmem.errors import ConfigError
 from trainmem.model.spec import ModelSpec
 
-__all__ = ["Knobs", "KNOB_KEYS", "SpaceLimits", "configurations", "divisors", "engine_precision", "parse_fix", "is_root", "savers", "ENGINES"]
+__all__ = ["Knobs", "KNOB_KEYS", "SpaceLimits", "configurations", "divisors", "engine_precision", "parse_fix", "is_root",
+           "savers", "with_knobs", "ENGINES"]
 
 ENGINES = ("megatron", "fsdp2", "deepspeed", "torch")
 KNOB_KEYS = ("engine", "dp", "tp", "pp", "vpp", "cp", "ep", "zero", "recompute", "offload", "micro_batch",
@@ -66,6 +67,15 @@ class Knobs:
         if self.tp > 1 and self.engine == "megatron":
             d["sp"] = True
         return d
+
+
+def with_knobs(k: Knobs, **changes: object) -> Knobs:
+    """``dataclasses.replace`` for :class:`Knobs`, without its per-call field introspection (the search
+    derives tens of thousands of variants)."""
+    g = changes.get
+    return Knobs(g("engine", k.engine), g("dp", k.dp), g("tp", k.tp), g("pp", k.pp), g("vpp", k.vpp),  # type: ignore[arg-type]
+                 g("cp", k.cp), g("ep", k.ep), g("zero", k.zero), g("recompute", k.recompute), g("offload", k.offload),
+                 g("micro_batch", k.micro_batch), g("grad_accum", k.grad_accum))
 
 
 def divisors(n: int) -> list[int]:
@@ -194,9 +204,9 @@ def savers(k: Knobs, fixed: Mapping[str, object]) -> list[Knobs]:
     out = []
     rs = _recomputes(k.engine)
     if "recompute" not in fixed and k.recompute != rs[-1]:
-        out.append(replace(k, recompute=rs[rs.index(k.recompute) + 1]))
+        out.append(with_knobs(k, recompute=rs[rs.index(k.recompute) + 1]))
     if "offload" not in fixed and k.offload == "none":
-        out.extend(replace(k, offload=o) for o in _offloads(k.engine, k.zero) if o != "none")
+        out.extend(with_knobs(k, offload=o) for o in _offloads(k.engine, k.zero) if o != "none")
     return out
 
 

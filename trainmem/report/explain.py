@@ -45,6 +45,12 @@ _SOURCES = {
 }
 
 
+_FOREACH_STEP = "optimizer step: one state-sized foreach temporary (adamw), + grad-sized (adam/sgd weight decay); "
+_FUSED_STEP = "optimizer step: fused kernel, no temporaries; "
+_FUSED_SOURCE = ("fused optimizer (torch/optim/adamw.py _fused_adamw: one multi-tensor kernel, in place); "
+                 "activation gradients in backward")
+
+
 def explain_lines(spec: ModelSpec, setup: TrainingSetup, est: MemoryEstimate) -> list[ExplainLine]:
     """One line per category at the peak: value, formula (with this run's numbers) and source."""
     s = setup
@@ -62,13 +68,14 @@ def explain_lines(spec: ModelSpec, setup: TrainingSetup, est: MemoryEstimate) ->
                         f"(= {per_layer.total_bytes / (T * spec.hidden_size):.1f}·s·b·h B); ×layers in flight; "
                         f"logits {lb.logits_bytes / GiB:.2f} GiB + loss kept {lb.kept_bytes / GiB:.2f} GiB "
                         f"(14 B per b·s·V element at the loss backward)"),
-        "temporaries": "optimizer step: one state-sized foreach temporary (adamw), + grad-sized (adam/sgd weight decay); "
-                       "backward: activation gradients ≈ r·T·h + 2·c·T·i",
+        "temporaries": (_FUSED_STEP if s.optimizer_impl == "fused" else _FOREACH_STEP)
+                       + "backward: activation gradients ≈ r·T·h + 2·c·T·i",
         "communication_buffers": "DDP: a second copy of the gradients; DeepSpeed ZeRO-1/2: 16-bit ipg bucket of 5e8 elements; "
                                  "FSDP2: fp32 reduce-scatter input of one unit",
         "other": "cuBLAS workspace",
     }
-    return [ExplainLine(cat, est.breakdown_at_peak_bytes.get(cat, 0), formulas[cat], _SOURCES[cat])
+    sources = dict(_SOURCES, temporaries=_FUSED_SOURCE) if s.optimizer_impl == "fused" else _SOURCES
+    return [ExplainLine(cat, est.breakdown_at_peak_bytes.get(cat, 0), formulas[cat], sources[cat])
             for cat in formulas if est.breakdown_at_peak_bytes.get(cat, 0) > 0]
 
 

@@ -24,11 +24,12 @@ EXACT: dict[str, str] = {
     "fp8 with LoRA is not modelled; use a 16-bit recipe": "fp8 与 LoRA 同用的情况没有建模；请用 16 位精度方案",
     "fp8 (Transformer Engine, Megatron --fp8-format hybrid): bf16 parameters, fp32 main grads and master weights as "
     "mixed-bf16; each transformer-layer weight keeps an fp8 copy and its fp8 transpose across the micro-batches of a "
-    "step (TE weight workspace, is_first_microbatch), 2 B per weight; activations kept at their bf16 size (an upper "
-    "bound: TE saves some inputs in fp8)":
+    "step (TE weight workspace, is_first_microbatch), 2 B per weight; the TE linears save their inputs in fp8 (1 B per "
+    "element), the attention core and the fused activation in bf16 (trainmem/memory/megatron_activations.py)":
         "fp8（Transformer Engine，Megatron --fp8-format hybrid）：bf16 参数，fp32 main grad 和主权重与 mixed-bf16 相同；"
         "每个 Transformer 层的权重在一个训练步的所有 micro-batch 之间保留一份 fp8 副本及其 fp8 转置"
-        "（TE weight workspace，is_first_microbatch），每个权重 2 B；激活值按 bf16 大小计算（上界：TE 有些输入以 fp8 保存）",
+        "（TE weight workspace，is_first_microbatch），每个权重 2 B；TE 线性层以 fp8 保存其输入（每个元素 1 B），"
+        "注意力核心和融合激活函数的输入以 bf16 保存（trainmem/memory/megatron_activations.py）",
     "fp8 (torchao Float8Linear, torchtitan [float8]): amp-bf16 memory; weights are cast to fp8 in each forward and "
     "backward (transient) and the linears save their bf16 inputs, so no fp8 copy persists":
         "fp8（torchao Float8Linear，torchtitan [float8]）：显存与 amp-bf16 相同；权重在每次前向和反向时临时转换为 fp8，"
@@ -94,6 +95,19 @@ EXACT: dict[str, str] = {
         "在 dp·cp 上切分",
     "Megatron: bf16 params, persistent fp32 main-grad buffer, FusedAdam; optimizer replicated":
         "Megatron：bf16 参数，常驻的 fp32 main-grad 缓冲区，FusedAdam；优化器状态在各 rank 上完整复制",
+    "Megatron: bf16 params, persistent 16-bit main-grad buffer, FusedAdam; distributed optimizer shards "
+    "master+states over dp·cp":
+        "Megatron：bf16 参数，常驻的 16 位 main-grad 缓冲区，FusedAdam；分布式优化器把主权重和优化器状态"
+        "在 dp·cp 上切分",
+    "Megatron: bf16 params, persistent 16-bit main-grad buffer, FusedAdam; optimizer replicated":
+        "Megatron：bf16 参数，常驻的 16 位 main-grad 缓冲区，FusedAdam；优化器状态在各 rank 上完整复制",
+    "Megatron grad_reduce_in_fp32=False: gradients accumulate and reduce in 16 bits; the optimizer casts the "
+    "gradients of the parameters it owns to fp32 for step()":
+        "Megatron grad_reduce_in_fp32=False：梯度以 16 位累加和归约；优化器在 step() 时把自己负责的参数的梯度转换为 fp32",
+    "Megatron --fp8-param-gather: the layers' linear weights are stored in fp8 (1 B each, uint8 parameter buffer) "
+    "with their fp8 transpose (Hopper), not as bf16 plus an fp8 copy":
+        "Megatron --fp8-param-gather：各层线性层权重以 fp8 存储（每个 1 B，uint8 参数缓冲区），外加其 fp8 转置（Hopper），"
+        "而不是 bf16 权重加一份 fp8 副本",
     "fsdp2 with tensor parallelism only (dp = cp = 1): no fully_shard, as torchtitan runs it; each rank holds its "
     "TP shard of parameters, gradients and optimizer states":
         "fsdp2 只开张量并行（dp = cp = 1）：和 torchtitan 一样不做 fully_shard；每个 rank 持有参数、梯度和"
@@ -115,6 +129,8 @@ EXACT: dict[str, str] = {
     "backward: activation gradients ≈ r·T·h + 2·c·T·i":
         "优化器更新：一个与优化器状态同样大小的 foreach 临时张量（adamw），另加一个梯度大小的"
         "（adam/sgd 的 weight decay）；反向传播：激活值的梯度 ≈ r·T·h + 2·c·T·i",
+    "optimizer step: fused kernel, no temporaries; backward: activation gradients ≈ r·T·h + 2·c·T·i":
+        "优化器更新：融合内核，没有临时张量；反向传播：激活值的梯度 ≈ r·T·h + 2·c·T·i",
     "DDP: a second copy of the gradients; DeepSpeed ZeRO-1/2: 16-bit ipg bucket of 5e8 elements; "
     "FSDP2: fp32 reduce-scatter input of one unit":
         "DDP：再存一份梯度；DeepSpeed ZeRO-1/2：5e8 个元素的 16 位 ipg bucket；FSDP2：一个单元的 fp32 "
@@ -141,6 +157,9 @@ EXACT: dict[str, str] = {
     "in backward":
         "foreach 优化器的临时张量（torch/optim/adam.py _multi_tensor_adam 中的 _foreach_sqrt）；"
         "反向传播中激活值的梯度",
+    "fused optimizer (torch/optim/adamw.py _fused_adamw: one multi-tensor kernel, in place); "
+    "activation gradients in backward":
+        "融合优化器（torch/optim/adamw.py _fused_adamw：一个多张量内核，原地更新）；反向传播中激活值的梯度",
     "DDP reducer buckets (reducer.cpp); DeepSpeed ipg buffer reduce_bucket_size=5e8; FSDP2 reduce-scatter input":
         "DDP reducer 的 bucket（reducer.cpp）；DeepSpeed 的 ipg 缓冲区 reduce_bucket_size=5e8；"
         "FSDP2 的 reduce-scatter 输入",
@@ -178,6 +197,10 @@ EXACT: dict[str, str] = {
     "optimizer: foreach=True (the CUDA default); Adam's step counters kept on the host":
         "优化器：foreach=True（CUDA 上的默认值）；Adam 的 step 计数放在主机上",
     "dropout: CUDA's fused native_dropout (bool mask)": "dropout：CUDA 的融合 native_dropout（bool 掩码）",
+    "autograd: the LM head weight's gradients (tied embedding, chunked loss) summed in place in the InputBuffer, "
+    "as for plain tensors (fake ones add out of place)":
+        "autograd：LM head 权重的多份梯度（共享的 embedding、分块损失）在 InputBuffer 中原地相加，与普通张量一致"
+        "（fake tensor 上原本是非原地相加）",
     "autocast: CUDA op lists and weight-cast cache (autocast_mode.h)":
         "autocast：CUDA 的算子列表和权重类型转换缓存（autocast_mode.h）",
     "moe: grouped_mm experts (routing-independent shapes; non-bf16 via transformers' fallback op)":
@@ -215,6 +238,14 @@ EXACT: dict[str, str] = {
     "--loop script: Megatron's schedule returns the loss, never the logits; use --loop trainer":
         "--loop script：Megatron 的调度只返回 loss，从不返回 logits；请用 --loop trainer",
     "--qlora needs --lora-rank > 0": "--qlora 需要 --lora-rank > 0",
+    "--grad-reduce-16bit is a megatron option for 16-bit and fp8 recipes (Megatron-Core grad_reduce_in_fp32=False)":
+        "--grad-reduce-16bit 是 megatron 引擎用于 16 位和 fp8 精度方案的选项（Megatron-Core grad_reduce_in_fp32=False）",
+    "--fp8-params needs --engine megatron with --precision fp8 (--fp8-param-gather)":
+        "--fp8-params 需要 --engine megatron 且 --precision fp8（--fp8-param-gather）",
+    "--fp8-params needs the distributed optimizer (--zero 1): Megatron-LM asserts it for --fp8-param-gather":
+        "--fp8-params 需要分布式优化器（--zero 1）：Megatron-LM 对 --fp8-param-gather 有此断言",
+    "--megatron-deepspeed is DeepSpeed's PipelineEngine under Megatron's model: it needs --engine megatron and --pp > 1":
+        "--megatron-deepspeed 表示用 DeepSpeed 的 PipelineEngine 运行 Megatron 的模型：需要 --engine megatron 且 --pp > 1",
     "LoRA is not modelled for the megatron engine; use torch, fsdp2 or deepspeed":
         "megatron 引擎下没有建模 LoRA；请用 torch、fsdp2 或 deepspeed",
     "--qlora computes in 16 bits; use amp-bf16 or bf16": "--qlora 以 16 位计算；请用 amp-bf16 或 bf16",
@@ -298,6 +329,12 @@ PATTERNS: list[tuple[str, str]] = [
     # ------------------------------------------------------------------ memory/estimate.py assumptions
     ("optimizer torch.optim {o:w} with foreach=True (the CUDA default), weight decay 0.01",
      "优化器 torch.optim {o}，foreach=True（CUDA 上的默认值），weight decay 0.01"),
+    ("optimizer torch.optim {o:w} with fused=True (no step temporaries), weight decay 0.01",
+     "优化器 torch.optim {o}，fused=True（融合内核，更新时没有临时张量），weight decay 0.01"),
+    ("--optimizer-impl is a torch.optim choice (torch, fsdp2); {e:w} runs its own fused optimizer",
+     "--optimizer-impl 只对 torch.optim 有效（torch、fsdp2 引擎）；{e} 用的是它自己的融合优化器"),
+    ("--optimizer-impl fused: torch.optim has fused kernels for {names}, not {o:w}",
+     "--optimizer-impl fused：torch.optim 只有 {names!l} 有融合内核，{o} 没有"),
     ("pipeline: the most loaded stage is stage {i:d} of {p:d} (1F1B keeps min(p - i, m) micro-batches in flight)",
      "流水线并行：负载最重的是第 {i} 个 stage（共 {p} 个；1F1B 调度下同时在途的 micro-batch 为 min(p - i, m) 个）"),
     ("DeepSpeed 0.19 defaults: reduce_bucket_size=allgather_bucket_size={n:w} elements (the 16-bit reduce bucket "
@@ -352,6 +389,14 @@ PATTERNS: list[tuple[str, str]] = [
      "fully_shard (fp32 compute for amp recipes); DTensor's global-shape sharding propagation is not counted",
      "张量并行 TP {tp}（torchtitan 的 Llama 切分方案，trace/tp.py）：SequenceParallel {sp!t}，loss parallel {lp!t}，"
      "不做 fully_shard（amp 配方以 fp32 计算）；DTensor 按全局形状做切分传播时的开销不计入"),
+    ("context parallel: torch's ring attention (load-balanced, allgather k/v, all-to-all dk/dv) over CUDA's flash "
+     "kernel, {n:d} calls (trace/cp.py)",
+     "上下文并行：torch 的 ring attention（负载均衡切分，allgather k/v，all-to-all dk/dv），底层为 CUDA 的 flash "
+     "kernel，共 {n} 次调用（trace/cp.py）"),
+    ("CP {cp:d} (torchtitan: FSDP2 over dp_shard × cp, head-tail sharded ids, labels and positions); DTensor's "
+     "wrapping of q/k/v is not run (aliases only)",
+     "上下文并行 CP {cp}（同 torchtitan：FSDP2 在 dp_shard × cp 上切分，ids、labels 和 positions 按首尾配对切分）；"
+     "q/k/v 的 DTensor 包装不执行（只是别名，不占显存）"),
     ("static memory changed over the step: {a:d} -> {b:d} bytes", "常驻显存在这一步中发生了变化：{a} -> {b} 字节"),
     ("reserved: the allocation stream replayed through the caching allocator's rules (one stream, no memory "
      "pressure), from the {which} on",

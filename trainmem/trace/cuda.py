@@ -56,7 +56,7 @@ def cuda_step(spec: "ModelSpec", setup: "TrainingSetup") -> CudaStepResult:
     with torch.device("cuda"):
         model = _build_model(spec, setup)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = build_optimizer(setup.optimizer, params)
+    opt = build_optimizer(setup.optimizer, params, setup.optimizer_impl)
     scaler = torch.amp.GradScaler("cuda") if setup.precision == "amp-fp16" else None
     vocab = int(spec.hf_config.get("vocab_size", spec.vocab_size))
 

@@ -34,9 +34,10 @@ def _internals_error(what: str) -> UnsupportedError:
 
 
 @contextlib.contextmanager
-def fake_world(world_size: int, tp: int = 1) -> Iterator[Any]:
+def fake_world(world_size: int, tp: int = 1, cp: int = 1) -> Iterator[Any]:
     """Init a fake process group (rank 0 of ``world_size``) and a CPU device mesh; torn down on exit.
-    With ``tp`` > 1 the mesh is 2-D, ``(dp_shard, tp)`` (torchtitan's axis names; trace/tp.py).
+    With ``tp`` > 1 the mesh is 2-D, ``(dp_shard, tp)`` (torchtitan's axis names; trace/tp.py); with
+    ``cp`` > 1, ``(dp_shard, cp)`` with ``dp_shard × cp`` flattened as ``dp_shard_cp`` (trace/cp.py).
 
     The mesh is built outside ``FakeTensorMode`` (it reads real rank tensors).
     """
@@ -50,6 +51,10 @@ def fake_world(world_size: int, tp: int = 1) -> Iterator[Any]:
     try:
         if tp > 1:
             yield init_device_mesh("cpu", (world_size // tp, tp), mesh_dim_names=("dp_shard", "tp"))
+        elif cp > 1:
+            mesh = init_device_mesh("cpu", (world_size // cp, cp), mesh_dim_names=("dp_shard", "cp"))
+            mesh._flatten("dp_shard_cp")  # (built here, outside FakeTensorMode; cached on the mesh)
+            yield mesh
         else:
             yield init_device_mesh("cpu", (world_size,))
     finally:

@@ -5,13 +5,23 @@ fused linear cross-entropy with Liger-Kernel's memory behaviour.
   with ``TransformerDecoder.chunked_output``): the LM head runs on ``k`` sequence chunks of the final hidden
   state, all chunk logits are returned (the recipe ``del``-s them before backward, loop "trainer"), and each
   chunk is upcast and cross-entropied on its own, summed and divided by the token count.
-- ``fused-linear``: Liger-Kernel ``LigerFusedLinearCrossEntropyFunction``
-  (liger_kernel/ops/fused_linear_cross_entropy.py) runs Triton kernels that a CPU cannot; ``_FusedLinearCE``
-  is a pure-PyTorch function with the same allocations: per chunk of rows, the logits (compute dtype) are
-  turned into their gradient in place, the input gradient is written into a preallocated b·s·h buffer and
-  the weight gradient accumulated into a preallocated V·h buffer in the weight's dtype (through a 16-bit
-  product and its fp32 copy, as Liger's default path does); backward only hands them out. It traces the
-  memory timeline, not Liger's arithmetic.
+- ``fused-linear``: Liger-Kernel ``LigerFusedLinearCrossEntropyFunction`` (Liger-Kernel v0.8.2,
+  src/liger_kernel/ops/fused_linear_cross_entropy.py ``fused_linear_cross_entropy_forward``, called by
+  ``LigerForCausalLMLoss`` in transformers/model/loss_utils.py) runs Triton kernels that a CPU cannot;
+  ``_FusedLinearCE`` is a pure-PyTorch function that makes the same allocations, statement by statement:
+  ``grad_input = zeros_like(_input)`` (the final hidden state's dtype: fp32 under autocast) and
+  ``grad_weight = zeros_like(weight)`` (accum_dtype None: the weight's dtype) and ``loss_1d`` (fp32, BT) are
+  allocated first; per chunk of ``next_power_of_2(cdiv(BT, cdiv(V, H)))`` rows the logits are
+  ``_input_chunk @ weight.t()`` under the caller's autocast (``amp_custom_fwd`` keeps it; ``weight.t()`` is
+  a view, so its 16-bit cast is not cached and is made again for every chunk), the cross-entropy kernel
+  turns them into their gradient in place, ``grad_input[chunk] = grad_logits @ weight`` (the weight's
+  16-bit cast *is* cached: a leaf parameter, alive until autocast exits) and ``grad_weight`` is accumulated:
+  with an fp32 ``grad_weight`` and 16-bit logits (autocast over fp32 weights) by ``torch.addmm(...,
+  out_dtype=torch.float32, out=grad_weight)`` with no V·H temporary (torch >= 2.8 on CUDA sm >= 8.0, PR
+  #1239/#1283/#1316), otherwise by ``grad_weight += torch.mm(grad_logits.t(), _input_chunk).float()`` (a
+  V·H product and, for a 16-bit product, its fp32 copy). Only ``grad_input`` and ``grad_weight`` are saved;
+  backward scales them in place and hands them out. It traces the memory timeline, not Liger's
+  arithmetic.
 
 The final hidden state is computed by the model's own decoder (``model.base_model``), so everything before the
 LM head is the real transformers code. Labels are shifted as transformers does (pad with -100, drop the
@@ -20,6 +30,7 @@ first).
 
 from __future__ import annotations
 
+import types
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -51,56 +62,80 @@ def _shift(labels: torch.Tensor) -> torch.Tensor:
 
 def run_loss(model: nn.Module, setup: "TrainingSetup", ids: torch.Tensor, labels: torch.Tensor,
              on_loss: Any = None) -> tuple[Any, torch.Tensor]:
-    """Forward with ``setup.loss``; returns (what the caller holds as the model output, the loss)."""
-    hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state
-    head = model.get_output_embeddings()
-    if on_loss is not None:
-        on_loss()
-    target = _shift(labels)
-    n_tokens = (target != IGNORE).sum()
-    if setup.loss == "chunked":
-        k = setup.loss_chunks or 8
-        logits = [head(h) for h in hidden.chunk(k, dim=1)]
-        loss = sum(F.cross_entropy(lg.float().flatten(0, 1), t.flatten(), ignore_index=IGNORE, reduction="sum")
-                   for lg, t in zip(logits, target.chunk(k, dim=1)))
-        return logits, loss / n_tokens
-    b, s, h = hidden.shape
-    w = head.weight
-    rows = liger_chunk_rows(b * s, w.shape[0], h, setup.loss_chunks)
-    loss = _FusedLinearCE.apply(hidden.reshape(b * s, h), w, target.flatten(), rows)
-    return None, loss
+    """Forward with ``setup.loss``; returns (what the caller holds as the model output, the loss).
+
+    The loss runs inside the model's own ``forward`` (temporarily replaced, as Liger's ``lce_forward`` and
+    torchtune's chunked-output decoder replace it), so module hooks on the model — FSDP2's root unit, which
+    gathers the embedding, final norm and LM head — run around it as they do for the HF loss."""
+
+    def forward(self: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        hidden = self.base_model(input_ids=input_ids, use_cache=False).last_hidden_state
+        head = self.get_output_embeddings()
+        if on_loss is not None:
+            on_loss()
+        target = _shift(labels)
+        n_tokens = (target != IGNORE).sum()
+        if setup.loss == "chunked":
+            k = setup.loss_chunks or 8
+            logits = [head(h) for h in hidden.chunk(k, dim=1)]
+            loss = sum(F.cross_entropy(lg.float().flatten(0, 1), t.flatten(), ignore_index=IGNORE, reduction="sum")
+                       for lg, t in zip(logits, target.chunk(k, dim=1)))
+            return loss / n_tokens, logits
+        b, s, h = hidden.shape
+        w = head.weight
+        rows = liger_chunk_rows(b * s, w.shape[0], h, setup.loss_chunks)
+        return _FusedLinearCE.apply(hidden.reshape(b * s, h), w, target.flatten(), rows), None
+
+    model.forward = types.MethodType(forward, model)
+    try:
+        loss, outputs = model(input_ids=ids, labels=labels)
+    finally:
+        del model.forward
+    return outputs, loss
 
 
 class _FusedLinearCE(torch.autograd.Function):
-    """Liger's fused linear cross-entropy, memory-for-memory (see the module docstring)."""
+    """Liger's fused linear cross-entropy, allocation for allocation (see the module docstring)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, rows: int) -> torch.Tensor:  # noqa: D102
-        dt = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
-        xc, wc = x.to(dt), w.to(dt)
-        grad_x = torch.zeros_like(xc)
-        grad_w = torch.zeros_like(w)
-        total = x.new_zeros((), dtype=torch.float32)
+        bt = x.shape[0]
+        grad_x = torch.zeros_like(x)
+        grad_w = torch.zeros_like(w) if w.requires_grad else None
+        loss_1d = torch.zeros(bt, dtype=torch.float32)
         n = max(1, int((target != IGNORE).sum()))
-        for start in range(0, x.shape[0], rows):
-            xs, ts = xc[start:start + rows], target[start:start + rows]
-            logits = xs @ wc.t()                                   # (rows, V), compute dtype
+        for start in range(0, bt, rows):
+            xs, ts = x[start:start + rows], target[start:start + rows]
+            logits = (xs @ w.t()).contiguous()                     # (rows, V); autocast: compute dtype
+            # liger_cross_entropy_kernel: loss_1d[chunk] and d loss / d logits, in place
             logits.sub_(logits.amax(-1, keepdim=True)).exp_()
-            logits.div_(logits.sum(-1, keepdim=True))              # softmax, in place
+            logits.div_(logits.sum(-1, keepdim=True))
             valid = ts != IGNORE
             picked = logits.gather(1, ts.clamp(min=0)[:, None]).squeeze(1)
-            total = total - (picked.float().clamp_min(1e-30).log() * valid).sum()
+            loss_1d[start:start + rows] = -(picked.float().clamp_min(1e-30).log() * valid) / n
             logits.scatter_add_(1, ts.clamp(min=0)[:, None], -valid[:, None].to(logits.dtype))
-            logits.mul_(1.0 / n)                                   # d loss / d logits, in place
-            grad_x[start:start + rows] = logits @ wc
-            grad_w.add_((logits.t() @ xs).float())                 # 16-bit product, fp32 copy
+            logits.mul_(1.0 / n)
+            grad_x[start:start + rows] = logits @ w
+            if grad_w is None:
+                continue
+            if grad_w.dtype == torch.float32 and logits.dtype in (torch.float16, torch.bfloat16):
+                # torch.addmm(grad_weight, grad_logits.t(), input_chunk, out_dtype=float32, out=grad_weight);
+                # the out= overload is not an autocast op (called as the OpOverload, the emulation's lists
+                # hold the functional name only)
+                xb = xs.to(logits.dtype) if xs.dtype != logits.dtype else xs
+                torch.ops.aten.addmm.dtype_out(grad_w, logits.t(), xb, torch.float32, out=grad_w)
+            else:
+                grad_w += torch.mm(logits.t(), xs).float()
             del logits
-        ctx.save_for_backward(grad_x, grad_w)
-        ctx.x_dtype = x.dtype
-        return total / n
+        loss = torch.sum(loss_1d)
+        ctx.save_for_backward(grad_x.detach(), grad_w.detach() if grad_w is not None else None)
+        return loss
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:  # noqa: D102
         grad_x, grad_w = ctx.saved_tensors
-        # Liger multiplies in place when grad_out is not 1 (a scaled or accumulated loss)
-        return grad_x.mul_(grad_out).to(ctx.x_dtype), grad_w.mul_(grad_out), None, None
+        # element_mul_kernel scales them in place when grad_out is not 1 (a scaled or accumulated loss)
+        grad_x.mul_(grad_out)
+        if grad_w is not None:
+            grad_w.mul_(grad_out)
+        return grad_x, grad_w, None, None

@@ -50,15 +50,18 @@ class Lion(torch.optim.Optimizer):
         return None
 
 
-def build_optimizer(name: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+def build_optimizer(name: str, params: list[torch.nn.Parameter], impl: str = "foreach") -> torch.optim.Optimizer:
+    """The setup's optimizer; ``impl`` ``fused`` runs torch's fused kernels (``fused=True``: HF Trainer's
+    ``adamw_torch_fused``, torchtitan's ``implementation = "fused"``), else ``foreach=True``."""
+    kind = {"fused": True} if impl == "fused" else {"foreach": True}
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, foreach=True)
+        return torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, **kind)
     if name == "adam":
-        return torch.optim.Adam(params, lr=LR, weight_decay=WEIGHT_DECAY, foreach=True)
+        return torch.optim.Adam(params, lr=LR, weight_decay=WEIGHT_DECAY, **kind)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=LR, weight_decay=WEIGHT_DECAY, foreach=True)
+        return torch.optim.SGD(params, lr=LR, weight_decay=WEIGHT_DECAY, **kind)
     if name == "sgd-momentum":
-        return torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=WEIGHT_DECAY, foreach=True)
+        return torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=WEIGHT_DECAY, **kind)
     if name == "adafactor":
         return torch.optim.Adafactor(params, lr=LR, weight_decay=WEIGHT_DECAY, foreach=True)
     if name == "lion":

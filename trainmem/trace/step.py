@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainmem.trace.allocator import simulate_lives
 from trainmem.trace.classify import Roles, breakdown_at, category_peaks
@@ -152,6 +153,39 @@ def _wrap_checkpointing(model: nn.Module, tracker: StorageTracker, function_mode
             mod._gradient_checkpointing_func = wrap(orig)
 
 
+class _HeadGradInPlace(TorchDispatchMode):
+    """Gradients of a weight used more than once — a tied LM head and embedding, the LM head of a chunked
+    loss applied to every chunk — meet in autograd's InputBuffer, which adds each new one into the first
+    *in place* when that is a plain dense tensor held by the buffer alone (torch/csrc/autograd/
+    input_buffer.cpp ``accumulate`` / ``can_accumulate_inplace``, torch 2.13; checked on real CPU tensors,
+    Liger's fused loss included). A fake tensor is a tensor subclass there, so on fake tensors every such
+    add is out of place: a V·h gradient-sized temporary that no GPU makes. Emulated for the LM head
+    weight's shape: in backward, ``add(a, b)`` of two plain fake tensors of that shape and dtype runs as
+    ``a.add_(b)`` (the first gradient then becomes the .grad, as on a GPU; under autocast the adds are of
+    the 16-bit cast's gradients, before its ToCopyBackward). DTensors (TP) are subclasses on a GPU too
+    and keep the out-of-place add."""
+
+    def __init__(self, phase: Callable[[], str]) -> None:
+        super().__init__()
+        self.shapes: set[tuple[int, ...]] = set()
+        self.phase = phase
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        if func is torch.ops.aten.add.Tensor and not kwargs and len(args) == 2 and self.shapes:
+            from torch._prims_common import is_non_overlapping_and_dense_or_false as dense
+            from torch._subclasses.fake_tensor import FakeTensor
+
+            a, b = args
+            if (type(a) is FakeTensor and type(b) is FakeTensor and tuple(a.shape) in self.shapes
+                    and a.shape == b.shape and a.dtype == b.dtype and not torch.is_grad_enabled()
+                    and self.phase().startswith("backward") and dense(a)):
+                self.calls += 1
+                return a.add_(b)
+        return func(*args, **kwargs)
+
+
 def _debug_dump(lives: list, roles: Any, event: int, phase_events: dict[str, int]) -> None:
     """Developer aid: with TRAINMEM_TRACE_DUMP=path, write every storage alive at the peak (size, birth
     phase, module, tag, category), largest first; TRAINMEM_TRACE_DUMP_PHASE=name dumps that phase's peak."""
@@ -225,13 +259,14 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
             progress(done, total, label)
 
     fsdp = setup.fsdp_applied  # fsdp2 without fully_shard at tp > 1, dp = 1 (torchtitan; trace/tp.py)
+    from trainmem.trace import cp as cp_plan
     from trainmem.trace import tp as tp_plan
-    tp = setup.tp > 1
+    tp, cp = setup.tp > 1, setup.cp > 1
     emulations: list[str] = ["allocator: every block rounded up to 512 B (CUDACachingAllocator kMinBlockSize); "
                              "reserved memory from a replay of the caching allocator (trace/allocator.py)"]
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
-        mesh = stack.enter_context(fake_world(setup.gpus // setup.pp, setup.tp)) if (fsdp or tp) else None
+        mesh = stack.enter_context(fake_world(setup.gpus // setup.pp, setup.tp, setup.cp)) if (fsdp or tp) else None
         stack.enter_context(FakeTensorMode())
         tracker = StorageTracker()
         stack.callback(tracker.close)
@@ -241,11 +276,14 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
             drop_mode = stack.enter_context(cuda_dropout())
             sdpa_mode = stack.enter_context(cuda_sdpa())
             amp_mode = stack.enter_context(cuda_autocast(lambda t: tracker.tag_tensor(t, "amp_weight_copy")))
+        # (innermost: SDPA calls reach torch's ring attention before the CUDA SDPA emulation, trace/cp.py)
+        cp_mode = stack.enter_context(cp_plan.ring_attention(mesh)) if cp else None
         stack.enter_context(cuda_grouped_mm())
         stack.enter_context(eager_branches())
+        head_grads = stack.enter_context(_HeadGradInPlace(lambda: tracker.phase))
         if fsdp:
             stack.enter_context(tag_collectives(tracker))
-        if tp:
+        if tp or cp:  # (cp: DeviceMesh slicing and distribute_tensor in the batch sharding, trace/cp.py)
             stack.enter_context(tp_plan.untracked_propagation())
 
         tracker.phase = "build"
@@ -260,16 +298,19 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
         if tp:
             tp_plan.apply(model, mesh, setup)
         if fsdp:
-            shard_model(model, tp_plan.fsdp_mesh(mesh, setup), setup)
+            shard_model(model, cp_plan.fsdp_mesh(mesh) if cp else tp_plan.fsdp_mesh(mesh, setup), setup)
         params = [p for p in model.parameters() if p.requires_grad]
-        opt = build_optimizer(setup.optimizer, params)
+        out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if isinstance(getattr(out_emb, "weight", None), torch.Tensor) and out_emb.weight.requires_grad:
+            head_grads.shapes.add(tuple(out_emb.weight.shape))
+        opt = build_optimizer(setup.optimizer, params, setup.optimizer_impl)
         scaler = _NoSkipGradScaler("cpu") if (setup.precision == "amp-fp16" and not fsdp) else None
         # (tp without fully_shard: torchtitan's maybe_enable_amp disables mixed precision, fp32 compute)
         amp_dtype = _AMP_DTYPE.get(setup.precision) if not (fsdp or tp) else None
         vocab = int(spec.hf_config.get("vocab_size", spec.vocab_size))
         stack.enter_context(_module_hooks(model, spec.architecture, tracker))
         if setup.recompute == "full":
-            _wrap_checkpointing(model, tracker, [m for m in (drop_mode, sdpa_mode, amp_mode) if m is not None])
+            _wrap_checkpointing(model, tracker, [m for m in (drop_mode, sdpa_mode, amp_mode, cp_mode) if m is not None])
         grad_keys: set[int] = set()
 
         def mark_grad(g: torch.Tensor | None) -> None:
@@ -300,9 +341,12 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
                     tracker.phase = f"forward[{i}]"
                     ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len))
                     labels = _labels(spec, ids)
+                    extra: dict[str, Any] = {}
+                    if cp:  # torchtitan's prepare_context_parallel_input: this rank's head-tail shards
+                        ids, labels, extra["position_ids"] = cp_plan.shard_batch(mesh, ids, labels)
                     with amp_ctx(), tp_plan.loss_context(setup):
                         if setup.loss == "hf":
-                            outputs = model(input_ids=ids, labels=labels, use_cache=False)
+                            outputs = model(input_ids=ids, labels=labels, use_cache=False, **extra)
                             loss = outputs.loss
                         else:  # --loss chunked | fused-linear (trainmem/trace/losses.py)
                             outputs, loss = run_loss(model, setup, ids, labels, on_loss=lambda: setattr(
@@ -316,7 +360,7 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
                     tracker.phase = f"backward[{i}]"
                     with tp_plan.loss_context(setup):
                         (scaler.scale(loss) if scaler is not None else loss).backward()
-                    del loss, outputs, ids, labels
+                    del loss, outputs, ids, labels, extra
                     tick(f"{name}: backward {i + 1}/{ga}")
             tracker.phase = "optimizer.step"
             for p in params:
@@ -375,6 +419,9 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
                 emulations.append("dropout: CUDA's fused native_dropout (bool mask)")
             if amp_dtype is not None:
                 emulations.append("autocast: CUDA op lists and weight-cast cache (autocast_mode.h)")
+        if head_grads.calls:
+            emulations.append("autograd: the LM head weight's gradients (tied embedding, chunked loss) summed in "
+                              "place in the InputBuffer, as for plain tensors (fake ones add out of place)")
         if spec.is_moe or "expert" in str(spec.hf_config).lower():
             emulations.append("moe: grouped_mm experts (routing-independent shapes; non-bf16 via transformers' fallback op)")
         if scaler is not None:
@@ -387,6 +434,11 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
                          f"{'on' if setup.sp else 'off'}, loss parallel {'on' if setup.loss_parallel else 'off'}"
                          f"{', FSDP2 over dp_shard' if fsdp else ', no fully_shard (fp32 compute for amp recipes)'}; "
                          "DTensor's global-shape sharding propagation is not counted")
+        if cp:
+            emulations.append(f"context parallel: torch's ring attention (load-balanced, allgather k/v, all-to-all "
+                              f"dk/dv) over CUDA's flash kernel, {cp_mode.calls} calls (trace/cp.py)")
+            notes.append(f"CP {setup.cp} (torchtitan: FSDP2 over dp_shard × cp, head-tail sharded ids, labels and "
+                         "positions); DTensor's wrapping of q/k/v is not run (aliases only)")
         if static_after != static:
             notes.append(f"static memory changed over the step: {static} -> {static_after} bytes")
         notes.append("host-side scalar tensors made during the step (< 1 KiB each) are counted as device memory")

@@ -27,11 +27,16 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
     if s.engine == "torch" and s.dp > 1:
         raise _no(f"the torch engine with dp({s.dp}) > 1 (DDP buckets are not traced yet)")
     for axis in ("tp", "pp", "cp", "ep"):
-        if getattr(s, axis) > 1 and not (axis in ("tp", "pp") and s.engine == "fsdp2"):
+        if getattr(s, axis) > 1 and not (axis in ("tp", "pp", "cp") and s.engine == "fsdp2"):
             raise _no(f"{axis}({getattr(s, axis)}) > 1")
     if s.pp > 1:  # one pipeline stage's slice and its 1F1B micro-batches (trace/pipeline.py)
         from trainmem.trace.pipeline import unsupported
         why = unsupported(spec, s)
+        if why:
+            raise _no(why)
+    if s.cp > 1:  # torch's ring attention over SDPA, as torchtitan applies it (trace/cp.py)
+        from trainmem.trace.cp import unsupported as cp_unsupported
+        why = cp_unsupported(spec, s)
         if why:
             raise _no(why)
     if s.tp > 1:  # torchtitan's Llama TP plan on HF module names (trace/tp.py)

@@ -41,6 +41,13 @@ EXACT: dict[str, str] = {
     "Each optimizer step adds a fixed host overhead (data loading, host synchronisations, logging), "
     "calibrated on published runs and counted with the optimizer.":
         "每个优化器步额外计入一段固定的主机端开销（数据加载、主机同步、日志），用公开训练数据校准，计入 optimizer 一项。",
+    "Megatron-DeepSpeed: DeepSpeed's PipelineEngine blocks on each pipeline send and receive (4 per "
+    "micro-batch on an interior stage, each TP rank sending 1/tp and all-gathering the rest), bf16 "
+    "accumulates every micro-batch's gradients into fp32 (BF16_Optimizer), and the gradient all-reduce, "
+    "the tied-embedding all-reduce and the parameter all-gather run after the pipeline flush.":
+        "Megatron-DeepSpeed：DeepSpeed 的 PipelineEngine 在每次流水线发送和接收时阻塞（中间 stage 每个 micro-batch 4 次，"
+        "每个 TP rank 发送 1/tp 再 all-gather 其余部分），bf16 下每个 micro-batch 的梯度都累加到 fp32（BF16_Optimizer），"
+        "梯度 all-reduce、绑定词嵌入的 all-reduce 和参数 all-gather 都在流水线排空之后执行。",
     "Context parallelism exchanges K and V around the ring while each chunk's attention runs; only the excess "
     "is exposed.":
         "上下文并行在每个分块计算 attention 的同时沿环交换 K 和 V，只有超出计算时间的部分暴露出来。",

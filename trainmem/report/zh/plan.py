@@ -34,6 +34,7 @@ EXACT: dict[str, str] = {
     "CPU offload (FSDP2 CPUOffloadPolicy)": "CPU 卸载（FSDP2 CPUOffloadPolicy）",
     "optimizer CPU offload": "优化器 CPU 卸载",
     "8-bit AdamW (bitsandbytes)": "8 位 AdamW（bitsandbytes）",
+    "fused optimizer (fused=True, adamw_torch_fused)": "融合优化器（fused=True，adamw_torch_fused）",
 }
 
 PATTERNS: list[tuple[str, str]] = [
