@@ -180,6 +180,9 @@ HOLDOUT: list[Case] = [
     C("bert-large-uncased", head="ForSequenceClassification", num_labels=3, precision="amp-bf16", seq_len=512,
       micro_batch=8),
     C("tinyllama-1.1b", head="ForTokenClassification", num_labels=9, precision="bf16", seq_len=1024, micro_batch=4),
+    # context parallelism: torch's ring attention on the fake process group (trace/cp.py)
+    C("qwen2.5-1.5b", precision="amp-bf16", seq_len=8192, engine="fsdp2", gpus=8, cp=4),
+    C("llama-3.2-3b", precision="bf16", seq_len=4096, micro_batch=2, recompute="full", engine="fsdp2", gpus=4, cp=2),
 ]
 
 
@@ -293,7 +296,7 @@ def _path(case: str) -> str:
     engine, tp, pp, gpus = kw.get("engine", "torch"), int(kw.get("tp", 1)), int(kw.get("pp", 1)), int(kw.get("gpus", 1))
     if tp > 1:
         engine = "fsdp2 × tp" if gpus > tp * pp else "tp (no FSDP)"
-    parts = [engine] + (["pipeline stage"] if pp > 1 else [])
+    parts = [engine] + (["pipeline stage"] if pp > 1 else []) + (["context parallel"] if int(kw.get("cp", 1)) > 1 else [])
     if "lora_rank" in kw:
         parts.append("LoRA")
     if kw.get("recompute", "none") != "none":
