@@ -17,6 +17,7 @@ import typer
 
 from trainmem import cli_options as opt
 from trainmem.errors import TrainmemError
+from trainmem.report.i18n import check_lang
 
 # Plain click help (rich_markup_mode=None): it wraps long option lists instead of cutting them with "…".
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -52,7 +53,7 @@ def estimate(
     from trainmem.api import build
     from trainmem.memory import estimate as run_estimate
 
-    _check_lang(lang)
+    check_lang(lang)
     spec, ts = build(model, **opt.setup_fields(setup))
     if max_micro_batch:
         from trainmem.memory.search import MICRO_BATCH_CAP, max_micro_batch as search
@@ -90,7 +91,7 @@ def explain_cmd(model: opt.Model, lang: opt.Lang = "en", **setup: object) -> Non
     from trainmem.memory import estimate as run_estimate
     from trainmem.report.explain import print_explain
 
-    _check_lang(lang)
+    check_lang(lang)
     spec, ts = build(model, **opt.setup_fields(setup))
     print_explain(spec, ts, run_estimate(spec, ts), lang)
 
@@ -129,11 +130,6 @@ def gpus_cmd() -> None:
     for g in list_gpus():
         tab.add_row(g.name, f"{g.memory_bytes / GiB:.1f}", "n/a" if g.bf16_tflops is None else f"{g.bf16_tflops:g}", g.source)
     Console().print(tab)
-
-
-def _check_lang(lang: str) -> None:
-    from trainmem.report.i18n import check_lang
-    check_lang(lang)
 
 
 # `trainmem trace` lives beside the tracer's CLI glue; torch is imported only when a trace runs.

@@ -54,10 +54,10 @@ def plan_cmd(
     as_json: opt.Json = False, lang: opt.Lang = "en",
 ) -> None:
     """The fastest training configurations that fit a GPU pool (or how many GPUs a model needs)."""
-    from trainmem.cli import _check_lang
+    from trainmem.report.i18n import check_lang
     from trainmem.errors import ConfigError
 
-    _check_lang(lang)
+    check_lang(lang)
     if global_batch < 1:
         raise ConfigError("--global-batch is required (sequences per optimizer step, ≥ 1)")
     sizing = min_gpus or tokens is not None or days is not None
@@ -192,10 +192,10 @@ def _model_ref(spec) -> str:  # noqa: ANN001
 def compare_cmd(model: opt.Model, as_json: opt.Json = False, lang: opt.Lang = "en", **setup: object) -> None:
     """What each technique (accumulation, precision, recompute, ZeRO/FSDP, offload, TP, PP) saves and costs."""
     from trainmem.api import build
-    from trainmem.cli import _check_lang
+    from trainmem.report.i18n import check_lang
     from trainmem.plan.compare import compare
 
-    _check_lang(lang)
+    check_lang(lang)
     spec, ts = build(model, **opt.setup_fields(setup))
     out = compare(spec, ts)
     if as_json:

@@ -25,11 +25,13 @@ shapes (MLA, sliding windows, softcapping, parallel residuals).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trainmem.export.common import ExportTarget, bash_array, summary_lines, torchrun_prefix
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
-__all__ = ["PINNED", "reason", "model_reason", "megatron_args", "files"]
+__all__ = ["PINNED", "reason", "model_reason", "megatron_args", "megatron_split", "files"]
 
 PINNED = "Megatron-LM core_v0.19.0 (NVIDIA/Megatron-LM tag core_v0.19.0, pretrain_gpt.py)"
 _FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt2")
@@ -96,6 +98,15 @@ def model_reason(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] =
     return None
 
 
+def megatron_split(layers_per_stage: Sequence[int]) -> tuple[int, int] | None:
+    """(first, last) for ``--decoder-first/last-pipeline-num-layers`` when Megatron-LM can run this split
+    (every stage but the first and the last holds the same count), else None."""
+    middle = set(layers_per_stage[1:-1])
+    if len(layers_per_stage) < 2 or len(middle) > 1:
+        return None
+    return layers_per_stage[0], layers_per_stage[-1]
+
+
 def _uneven(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) -> list[list[object]] | None:
     """Megatron's flags for the estimate's layer split (trainmem/memory/states.py ``stage_layers``: even, the
     remainder to the first stages): [] when even, the first/last-stage layer counts when the middle stages
@@ -103,11 +114,13 @@ def _uneven(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) 
     per stage): the first and last counts when every other stage holds the same (Megatron-LM core_v0.19.0
     ``transformer_block.py`` ``get_num_layers_to_build`` splits what is left evenly over the middle stages)."""
     if split:
-        if len(split) != setup.pp or sum(split) != spec.num_layers or len(set(split[1:-1])) > 1:
+        if len(split) != setup.pp or sum(split) != spec.num_layers:
             return None
         if len(set(split)) == 1:
             return []
-        return [["--decoder-first-pipeline-num-layers", split[0], "--decoder-last-pipeline-num-layers", split[-1]]]
+        ends = megatron_split(split)
+        return None if ends is None else [["--decoder-first-pipeline-num-layers", ends[0],
+                                           "--decoder-last-pipeline-num-layers", ends[1]]]
     base, rem = divmod(spec.num_layers, setup.pp)
     if rem == 0:
         return []

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from trainmem.export.common import ExportTarget, comment_block, summary_lines, toml_text, torchrun_prefix
 from trainmem.export.megatron import _bias
-from trainmem.memory.states import stage_layers
+from trainmem.memory.states import stage_layers, stage_ranges
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
@@ -122,8 +122,7 @@ def _model_parts(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] =
     ``split``: the planner's layers per stage (uneven stages on mixed GPU types, no interleaving)."""
     parts_n = setup.pp * setup.vpp
     if split and setup.vpp == 1 and len(split) == parts_n and sum(split) == spec.num_layers:
-        starts = [sum(split[:k]) for k in range(parts_n)]
-        parts = [[f"layers.{i}" for i in range(a, a + n)] for a, n in zip(starts, split)]
+        parts = [[f"layers.{i}" for i in r] for r in stage_ranges(split)]
     else:
         parts = [[f"layers.{i}" for i in stage_layers(spec.num_layers, parts_n, k)] for k in range(parts_n)]
     parts[0].insert(0, "tok_embeddings")

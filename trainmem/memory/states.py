@@ -13,6 +13,7 @@ Each function returns bytes for the most loaded rank. Sources:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainmem.model.lora_targets import lora_param_count_model
@@ -21,7 +22,8 @@ from trainmem.setup import TrainingSetup
 from trainmem.units import round_up_bytes
 
 __all__ = ["RankParams", "rank_params", "param_bytes_per_elem", "optimizer_state_bytes",
-           "optimizer_step_temp_bytes", "qlora_base_bytes", "lora_param_count", "stage_layers", "adafactor_state_bytes"]
+           "optimizer_step_temp_bytes", "qlora_base_bytes", "lora_param_count", "stage_layers", "stage_ranges",
+           "adafactor_state_bytes"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,6 +59,15 @@ def stage_layers(n_layers: int, pp: int, stage: int) -> range:
     base, rem = divmod(n_layers, pp)
     start = stage * base + min(stage, rem)
     return range(start, start + base + (1 if stage < rem else 0))
+
+
+def stage_ranges(layers_per_stage: Sequence[int]) -> list[range]:
+    """The layers of each pipeline stage of an explicit split (the planner's uneven stages), in order."""
+    out, start = [], 0
+    for n in layers_per_stage:
+        out.append(range(start, start + n))
+        start += n
+    return out
 
 
 def rank_params(spec: ModelSpec, setup: TrainingSetup, stage: int = 0) -> RankParams:

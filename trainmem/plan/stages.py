@@ -38,6 +38,8 @@ from itertools import combinations
 from typing import Protocol
 
 from trainmem.errors import TrainmemError
+from trainmem.export.megatron import megatron_split
+from trainmem.memory.states import stage_layers, stage_ranges
 from trainmem.memory.estimate import MemoryEstimate, estimate
 from trainmem.model.spec import ModelSpec
 from trainmem.perf import StepTime, grad_sync_seconds, optimizer_seconds
@@ -89,23 +91,6 @@ class StageLayout:
             where = f"stage {r.start}" if len(r) == 1 else f"stages {r.start}–{r.stop - 1}"
             out.append(f"{where} on {t} ({n} layer{'s' if n != 1 else ''}{' each' if len(r) > 1 else ''})")
         return ", ".join(out)
-
-
-def stage_ranges(layers_per_stage: Sequence[int]) -> list[range]:
-    out, start = [], 0
-    for n in layers_per_stage:
-        out.append(range(start, start + n))
-        start += n
-    return out
-
-
-def megatron_split(layers_per_stage: Sequence[int]) -> tuple[int, int] | None:
-    """(first, last) for ``--decoder-first/last-pipeline-num-layers`` when Megatron-LM can run this split
-    (every stage but the first and the last holds the same count), else None."""
-    middle = set(layers_per_stage[1:-1])
-    if len(layers_per_stage) < 2 or len(middle) > 1:
-        return None
-    return layers_per_stage[0], layers_per_stage[-1]
 
 
 # --------------------------------------------------------------------------- one stage for the estimator
@@ -570,7 +555,6 @@ class _Staged:
 
     def _even_seconds(self, c: _Candidate) -> float:
         """The slowest stage of the even split (remainder to the first stages) on this placement."""
-        from trainmem.memory.states import stage_layers
         L, pp = self.req.spec.num_layers, c.knobs.pp
         owner = [i for i, s in enumerate(c.stages) for _ in range(s)]
         return max(self.times(c.groups[owner[j]], c.knobs).total(*self.counts(stage_layers(L, pp, j)), j == 0, j == pp - 1)

@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainmem.errors import ConfigError, TrainmemError
+from trainmem.report.i18n import check_lang
 
 __all__ = ["COMMANDS", "parse", "run", "request_schema", "doctor_available"]
 
@@ -97,18 +98,13 @@ def parse(command: str, body: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _check_lang(lang: str) -> None:
-    from trainmem.report.i18n import check_lang
-    check_lang(lang)
-
-
 def _estimate(p: dict[str, Any]) -> dict:
     """``trainmem estimate --json`` (with ``explain``, ``max_micro_batch``): the same object."""
     from trainmem import cli_options as opt
     from trainmem.memory import estimate
     from trainmem.web.inputs import build_any
 
-    _check_lang(p["lang"])
+    check_lang(p["lang"])
     spec, ts = build_any(p["model"], **opt.setup_fields(p))
     if p.get("max_micro_batch"):
         from trainmem.memory.search import MICRO_BATCH_CAP, max_micro_batch as search
@@ -136,14 +132,14 @@ def _compare(p: dict[str, Any]) -> dict:
     from trainmem.plan.compare import compare
     from trainmem.web.inputs import build_any
 
-    _check_lang(p["lang"])
+    check_lang(p["lang"])
     spec, ts = build_any(p["model"], **opt.setup_fields(p))
     return compare(spec, ts)
 
 
 def _plan_checks(p: dict[str, Any]) -> bool:
     """The checks ``trainmem plan`` makes before searching; True when a sizing question is asked."""
-    _check_lang(p["lang"])
+    check_lang(p["lang"])
     if p["global_batch"] < 1:
         raise ConfigError("--global-batch is required (sequences per optimizer step, ≥ 1)")
     sizing = p["min_gpus"] or p["tokens"] is not None or p["days"] is not None
@@ -260,7 +256,7 @@ def _doctor(body: dict[str, Any]) -> dict:
     run_doctor, inputs, to_json = entry
     texts = _doctor_texts(body)
     p = parse("doctor", {k: v for k, v in body.items() if k not in _DOCTOR_TEXT})
-    _check_lang(p["lang"])
+    check_lang(p["lang"])
     with tempfile.TemporaryDirectory(prefix="trainmem-web-") as tmp:
         files = _write_doctor_files(tmp, texts, p.get("model"))
         model = files.get("model", p.get("model"))
