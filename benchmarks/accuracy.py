@@ -130,6 +130,8 @@ TUNING: list[Case] = [
     C("llama-3.2-1b", precision="bf16", seq_len=1024, micro_batch=2, loss="chunked", loss_chunks=16),
     C("llama-3.2-1b", precision="amp-bf16", seq_len=1024, micro_batch=2, lora_rank=16, lora_targets="q_proj,v_proj",
       loss="fused-linear"),
+    # --loss fused-ce (flash-attn's cross-entropy on the 16-bit logits, trace/losses.py ``_FlashCE``)
+    C("tinyllama-1.1b", precision="amp-bf16", seq_len=1024, micro_batch=2, loss="fused-ce"),
     # task heads (a config whose architectures names *ForSequenceClassification / *ForTokenClassification)
     C("qwen2.5-0.5b", head="ForSequenceClassification", num_labels=5, precision="amp-bf16", seq_len=1024, micro_batch=4),
     C("roberta-base", head="ForTokenClassification", num_labels=9, precision="bf16", seq_len=512, micro_batch=8),
@@ -175,6 +177,9 @@ HOLDOUT: list[Case] = [
     C("qwen2.5-1.5b", precision="amp-bf16", seq_len=1024, micro_batch=2, engine="fsdp2", gpus=8, recompute="full",
       loss="fused-linear"),
     C("gemma-3-1b", precision="amp-bf16", seq_len=1024, micro_batch=2, loss="chunked", loss_chunks=4, loop="script"),
+    C("qwen2.5-0.5b", precision="amp-bf16", seq_len=2048, micro_batch=4, loss="fused-ce"),
+    C("llama-3.2-1b", precision="bf16", seq_len=1024, micro_batch=2, engine="fsdp2", gpus=8, loss="fused-ce"),
+    C("pythia-1b", precision="bf16", seq_len=1024, micro_batch=2, grad_accum=2, loss="fused-ce", loop="script"),
     C("tinyllama-1.1b", precision="bf16", seq_len=1024, micro_batch=2, lora_rank=16, lora_targets="all-linear",
       loss="chunked"),
     C("bert-large-uncased", head="ForSequenceClassification", num_labels=3, precision="amp-bf16", seq_len=512,
@@ -416,9 +421,23 @@ def main() -> int:
     ap.add_argument("--only", help="slice of the tuning set, e.g. 0-9 (no file written)")
     ap.add_argument("--holdout-only", action="store_true")
     ap.add_argument("--doc", default="docs/accuracy.md")
+    ap.add_argument("--new-only", action="store_true",
+                    help="trace only the cases missing from the doc's JSON, keep its stored rows, rewrite the doc")
     args = ap.parse_args()
     if args.only:
         run(_select(TUNING, args.only), "tuning (slice)")
+        return 0
+    if args.new_only:
+        import json
+        with open(args.doc.replace(".md", ".json")) as f:
+            stored = json.load(f)
+        sets = []
+        for name, cases in (("tuning", TUNING), ("holdout", HOLDOUT)):
+            have = {r["case"]: r for r in stored[name]}
+            fresh = {r["case"]: r for r in run([c for c in cases if c.label not in have], f"{name} (new)")}
+            sets.append([have.get(c.label) or fresh[c.label] for c in cases])
+        write_doc(args.doc, *sets)
+        print(f"\nwrote {args.doc}")
         return 0
     tuning = [] if args.holdout_only else run(TUNING, "tuning")
     holdout = run(HOLDOUT, "hold-out")

@@ -332,6 +332,16 @@ def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[
             how.append("fp8 parameters (recipe: fp8_param_gather true)")
     if engine == "fsdp2" and tp > 1 and sp is False:
         fields["no_sp"] = True
+    if p["engine"] == "fsdp1":
+        # llm-foundry's MPT: loss_fn defaults to fused_crossentropy (flash-attn's CrossEntropyLoss on the bf16
+        # logits, llmfoundry/models/mpt/modeling_mpt.py @ b2a43a1477a4); Composer keeps ``state.outputs``
+        # (the logits) from the forward through the backward (composer/trainer/trainer.py _train_microbatch)
+        fields.update(loss="fused-ce", loop="script")
+        how.append("loss: flash-attn fused cross-entropy; Composer keeps the outputs through backward")
+        if p["precision"] == "fp8":
+            # submit_benchmarks.py sets fc_type te for amp_fp8: Transformer Engine te.Linear layers
+            fields["fp8_backend"] = "te"
+            how.append("fp8: Transformer Engine te.Linear (fc_type te)")
     s = make_setup(**fields)
     validate_for_model(s, spec)
     return s

@@ -101,18 +101,19 @@ FLAG_VALUES: dict[str, st.SearchStrategy[str]] = {
     "--seq-len": _int_flag, "--micro-batch": _int_flag, "--grad-accum": _int_flag,
     "--loss-chunks": _int_flag, "--gpus": _int_flag, "--dp": _int_flag, "--tp": _int_flag, "--pp": _int_flag,
     "--cp": _int_flag, "--ep": _int_flag, "--vpp": _int_flag, "--zero": _int_flag, "--lora-rank": _int_flag,
-    "--precision": st.sampled_from(["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "bf32"]),
+    "--precision": st.sampled_from(["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "fp8", "bf16x"]),
     "--optimizer": st.sampled_from(["adamw", "adam", "sgd", "sgd-momentum", "adamw-8bit", "adafactor", "lion", "x"]),
     "--recompute": st.sampled_from(["none", "selective", "full", "some"]),
     "--attn": st.sampled_from(["sdpa", "flash", "eager", "xformers"]),
     "--loop": st.sampled_from(["trainer", "script", "loop"]),
-    "--loss": st.sampled_from(["hf", "chunked", "fused-linear", "x"]),
+    "--loss": st.sampled_from(["hf", "chunked", "fused-linear", "fused-ce", "x"]),
     "--engine": st.sampled_from(["torch", "fsdp2", "deepspeed", "megatron", "jax"]),
     "--offload": st.sampled_from(["none", "optimizer", "optimizer+params", "disk"]),
     "--lora-targets": st.sampled_from(["q_proj,v_proj", "all-linear", "c_attn", "nope", "", "q_proj v_proj"]),
     "--gpu": st.sampled_from(["H100-SXM-80G", "A100-SXM-80G", "V100-32G", "T4", "nonexistent", ""]),
     "--gpu-memory": st.sampled_from(["96GiB", "94GB", "0GB", "-1GiB", "1e30GiB", "lots"]),
     "--lang": st.sampled_from(["en", "zh", "xx"]),
+    "--fp8-backend": st.sampled_from(["torchao", "te", "msamp"]),
 }
 BOOL_FLAGS = ["--sp", "--no-sp", "--no-loss-parallel", "--qlora"]
 #: Values each flag accepts: most drawn flag lists stay valid, so that the model config is reached.
@@ -122,7 +123,7 @@ VALID_FLAG_VALUES: dict[str, st.SearchStrategy[str]] = {
     "--grad-accum": _pow2, "--gpus": _pow2, "--engine": st.sampled_from(["torch", "fsdp2", "deepspeed", "megatron"]),
     "--recompute": st.sampled_from(["none", "selective", "full"]), "--attn": st.sampled_from(["sdpa", "flash", "eager"]),
     "--optimizer": st.sampled_from(["adamw", "sgd-momentum", "adafactor", "lion"]), "--loop": st.just("script"),
-    "--loss": st.sampled_from(["chunked", "fused-linear"]), "--lora-rank": st.sampled_from(["4", "16"]),
+    "--loss": st.sampled_from(["chunked", "fused-linear", "fused-ce"]), "--lora-rank": st.sampled_from(["4", "16"]),
 }
 MODELS = st.one_of(st.just("<config>"), st.just("<config>"), st.just("<config>"),
                    st.sampled_from(["gpt2", "llama-3.2-1b", "qwen1.5-moe-a2.7b", "deepseek-v2-lite", "bert-large-uncased",

@@ -36,7 +36,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("attn", _S, "--attn", "sdpa|flash|eager"),
     ("loop", _S, "--loop", "trainer (HF Trainer/TRL/torchtitan/Megatron: output dropped before backward) | "
                            "script (outputs kept through backward) [trainer]"),
-    ("loss", _S, "--loss", "hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) [hf]"),
+    ("loss", _S, "--loss", "hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) | "
+                           "fused-ce (flash-attn cross-entropy on 16-bit logits; llm-foundry) [hf]"),
     ("loss_chunks", _I, "--loss-chunks", "chunks of the chunked loss [8, torchtune's default]"),
     ("engine", _S, "--engine", "torch|fsdp2|deepspeed|megatron"),
     ("gpus", _I, "--gpus", "world size [1]"),
@@ -53,6 +54,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("grad_reduce_16bit", _B, "--grad-reduce-16bit", "megatron: 16-bit main-grad buffer, reduced in 16 bits "
                                                       "(grad_reduce_in_fp32=False, --grad-reduce-in-bf16) [fp32]"),
     ("fp8_params", _B, "--fp8-params", "megatron fp8: layer weights stored in fp8 (--fp8-param-gather; --zero 1)"),
+    ("fp8_backend", _S, "--fp8-backend", "fp8 linears: torchao (Float8Linear, torchtitan; fsdp2 default) | te "
+                                         "(Transformer Engine te.Linear: Accelerate TE backend, llm-foundry; megatron)"),
     ("megatron_deepspeed", _B, "--megatron-deepspeed", "megatron with --pp: DeepSpeed's PipelineEngine and "
                                                         "BF16_Optimizer run the step (Megatron-DeepSpeed)"),
     ("offload", _S, "--offload", "none|optimizer|optimizer+params"),

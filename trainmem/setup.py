@@ -18,7 +18,8 @@ recompute          none            none | selective | full
 attn               sdpa            sdpa | flash | eager
 loop               trainer         trainer: the model output is dropped before backward (HF Trainer, TRL,
                                    torchtitan, Megatron); script: ``outputs`` is kept through backward
-loss               hf              hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger)
+loss               hf              hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) |
+                                   fused-ce (flash-attn's cross-entropy kernel on the 16-bit logits, llm-foundry)
 loss_chunks        8 (chunked)     chunks of the chunked / fused-linear loss
 gpus               1               world size
 dp                 gpus/(tp·pp·cp) data-parallel degree
@@ -32,6 +33,8 @@ zero               engine default  torch 0, fsdp2 3, deepspeed 0, megatron 0
 grad_reduce_16bit  False           megatron: the main-grad buffer in the parameters' 16-bit dtype
                                    (Megatron-Core grad_reduce_in_fp32=False), not fp32
 fp8_params         False           megatron fp8: layer weights stored in fp8 (--fp8-param-gather)
+fp8_backend        engine default  fp8 linears: megatron te (Transformer Engine); fsdp2 torchao (Float8Linear,
+                                   torchtitan) | te (te.Linear: Accelerate's TE backend, llm-foundry fc_type te)
 megatron_deepspeed False           megatron with pp > 1: DeepSpeed's PipelineEngine runs the step (Megatron-DeepSpeed:
                                    blocking pipeline sends, BF16_Optimizer, gradient all-reduce after the flush)
 offload            none            none | optimizer | optimizer+params
@@ -66,7 +69,7 @@ Recompute = Literal["none", "selective", "full"]
 Attn = Literal["sdpa", "flash", "eager"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Loop = Literal["trainer", "script"]
-Loss = Literal["hf", "chunked", "fused-linear"]
+Loss = Literal["hf", "chunked", "fused-linear", "fused-ce"]
 
 #: Precision recipes each engine really has.
 RECIPES: dict[str, tuple[str, ...]] = {
@@ -122,6 +125,11 @@ class TrainingSetup(BaseModel):
     fp8_params: bool = False
     """megatron fp8: the transformer layers' linear weights are stored as fp8 tensors (Megatron-LM
     ``--fp8-param-gather``, Megatron-Bridge ``fp8_param_gather``); needs the distributed optimizer."""
+    fp8_backend: Literal["torchao", "te"] | None = None
+    """fp8 runs: whose linears cast to fp8. megatron: Transformer Engine (always); fsdp2: torchao's
+    ``Float8Linear`` (torchtitan ``[float8]``, the default) or Transformer Engine's ``te.Linear`` swapped in for
+    ``nn.Linear`` (Accelerate's TE fp8 backend, llm-foundry ``fc_type: te``), which saves fp8 inputs and an fp8
+    copy of each weight for backward."""
     megatron_deepspeed: bool = False
     """megatron with pp > 1: Megatron-LM's model code trained by DeepSpeed's ``PipelineEngine`` (Megatron-DeepSpeed,
     as BLOOM and MT-NLG ran): the step-time model applies trainmem.perf.deepspeed_pipe (blocking pipeline
@@ -156,7 +164,7 @@ class TrainingSetup(BaseModel):
         self._resolve_parallel_defaults()
         if self.loss_chunks is None and self.loss == "chunked":
             object.__setattr__(self, "loss_chunks", 8)
-        if self.loss_chunks is not None and self.loss == "hf":
+        if self.loss_chunks is not None and self.loss in ("hf", "fused-ce"):
             raise ValueError("--loss-chunks needs --loss chunked or fused-linear")
         if self.dp is None:
             denom = self.tp * self.pp * self.cp
@@ -168,6 +176,12 @@ class TrainingSetup(BaseModel):
             raise ValueError(f"fp8 is modelled for megatron (Transformer Engine) and fsdp2 (torchao float8), not the {e} engine")
         if p == "fp8" and self.lora_rank:
             raise ValueError("fp8 with LoRA is not modelled; use a 16-bit recipe")
+        if self.fp8_backend is not None and p != "fp8":
+            raise ValueError("--fp8-backend needs --precision fp8")
+        if p == "fp8" and e == "megatron" and self.fp8_backend == "torchao":
+            raise ValueError("--fp8-backend torchao: Megatron's fp8 runs Transformer Engine; use --fp8-backend te")
+        if p == "fp8" and self.fp8_backend is None:
+            object.__setattr__(self, "fp8_backend", "te" if e == "megatron" else "torchao")
         if p not in RECIPES[e]:
             raise ValueError(f"{p} is not a recipe of the {e} engine; use {_RECIPE_HINT[e]}")
         if self.dp * self.tp * self.pp * self.cp != self.gpus:

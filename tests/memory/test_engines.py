@@ -139,3 +139,28 @@ def test_fp8_megatron_adds_the_te_weight_cache() -> None:
     _, f8 = build("llama-3.1-8b", engine="fsdp2", precision="fp8", gpus=8)
     _, f16 = build("llama-3.1-8b", engine="fsdp2", precision="amp-bf16", gpus=8)
     assert estimate(spec, f8).peak_allocated_bytes == estimate(spec, f16).peak_allocated_bytes
+
+
+def test_fp8_te_linears_under_fsdp2_save_fp8_inputs_and_weights() -> None:
+    """fsdp2 + ``--fp8-backend te`` (te.Linear for nn.Linear, Accelerate's TE backend / llm-foundry): each linear
+    saves a 1-B fp8 copy of its own input instead of the shared bf16 tensor, and an fp8 weight + transpose
+    (2 B per unsharded layer weight) is alive through the step. Hand count for Llama-3.1-8B, per token and
+    layer: bf16 (FSDP2 param_dtype) q/k/v share the norm output (2h) → three fp8 copies (3h); o_proj keeps
+    its own fp8 copy of the attention output (+h; SDPA still keeps its bf16 output); gate/up share the
+    post-norm output (2h) → 2h; down_proj's input (2i) → i."""
+    from trainmem.api import build
+    from trainmem.memory.activations import layer_saved
+    spec, te = build("llama-3.1-8b", engine="fsdp2", precision="fp8", fp8_backend="te", gpus=8, seq_len=4096)
+    _, ao = build("llama-3.1-8b", engine="fsdp2", precision="fp8", gpus=8, seq_len=4096)
+    assert ao.fp8_backend == "torchao"
+    h, i, T = spec.hidden_size, spec.intermediate_size, 4096
+    base = ao.model_copy(update={"precision": "amp-bf16"})
+    te_base = te.model_copy(update={"precision": "amp-bf16"})
+    d = layer_saved(spec, base, 0, fp8=True).total_bytes - layer_saved(spec, te_base, 0, fp8=True).total_bytes
+    assert d == T * ((2 * h - 3 * h) + (0 - h) + (2 * h - 2 * h) + (2 * i - i))
+    e_te, e_ao = estimate(spec, te), estimate(spec, ao)
+    # every layer's q, k, v, o (GQA: 2·h² + 2·h·kv·d) and gate, up, down (3·h·i) weights, unsharded
+    kvd = spec.num_kv_heads * spec.head_dim
+    mm = spec.num_layers * (2 * h * h + 2 * h * kvd + 3 * h * i)
+    assert e_te.breakdown_at_peak_bytes["parameters"] - e_ao.breakdown_at_peak_bytes["parameters"] == 2 * mm
+    assert any("te.Linear" in a for a in e_te.assumptions)

@@ -79,3 +79,32 @@ def test_trainer_loop_frees_logits_before_backward() -> None:
     n = 4 * 4096 * spec.vocab_size
     assert e_sc.peak_allocated_bytes - e_tr.peak_allocated_bytes == pytest.approx(2 * n, rel=0.02)
     assert any("loop trainer" in a for a in e_tr.assumptions)
+
+
+def test_fused_ce_keeps_only_16bit_logits_and_their_gradient() -> None:
+    """flash-attn's cross-entropy (flash_attn/ops/triton/cross_entropy.py): no fp32 b·s·V buffer; it saves the
+    bf16 logits (so the trainer loop cannot drop them before backward) and makes a bf16 dlogits."""
+    spec, s, lb = _lb(loss="fused-ce")
+    n = T * V
+    assert (lb.logits_bytes, lb.grad_logits_bytes, lb.backward_transient_bytes) == (2 * n, 2 * n, 0)
+    assert lb.kept_bytes == 4 * T and lb.forward_transient_bytes == 8 * T   # lse; losses + z_losses
+    assert lb.logits_saved
+    hf = estimate(*build("llama-3.1-8b", seq_len=8192, micro_batch=2, precision="bf16")[:2])
+    fce = estimate(spec, s)
+    # HF at its loss backward (loop trainer: the bf16 logits already dropped): the fp32 log-softmax (4) + the
+    # nll and log-softmax input gradients (4 + 4) = 12 B per logit; fused-ce: the saved bf16 logits (2) +
+    # dlogits (2) = 4: 8 B per logit less (both peak there)
+    assert hf.peak_allocated_bytes - fce.peak_allocated_bytes == pytest.approx(8 * n, rel=0.01)
+    with pytest.raises(ConfigError, match="loss-chunks"):
+        build("llama-3.1-8b", loss="fused-ce", loss_chunks=4)
+
+
+def test_fused_ce_logits_outlive_the_trainer_loops_drop() -> None:
+    """The logits are saved by the loss, so the trainer loop holds them into the loss backward too (peak:
+    logits + dlogits); only the script loop still holds them at the LM head's backward, one step later,
+    where the head's weight gradient (bf16, V·h) joins them: the loops differ by exactly that gradient."""
+    kw = dict(seq_len=4096, micro_batch=4, precision="bf16", loss="fused-ce")
+    spec, tr = build("llama-3.2-1b", **kw)
+    _, sc = build("llama-3.2-1b", loop="script", **kw)
+    diff = estimate(spec, sc).peak_allocated_bytes - estimate(spec, tr).peak_allocated_bytes
+    assert diff == pytest.approx(2 * spec.vocab_size * spec.hidden_size, abs=8192)  # (allocation rounding)

@@ -58,6 +58,12 @@ CASES = [
     ("qwen2", dict(precision="amp-bf16", seq_len=256, micro_batch=4, grad_accum=2, loss="fused-linear")),
     ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, engine="fsdp2", gpus=2, loss="fused-linear")),
     ("llama-gqa", dict(precision="amp-bf16", seq_len=256, micro_batch=4, recompute="full", loss="fused-linear")),
+    # --loss fused-ce (flash-attn's cross-entropy: saved bf16 logits, a bf16 dlogits, nothing in fp32)
+    ("llama-gqa", dict(precision="bf16", seq_len=512, micro_batch=4, loss="fused-ce")),
+    ("llama-gqa", dict(precision="amp-bf16", seq_len=512, micro_batch=4, loss="fused-ce", loop="script")),
+    ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, grad_accum=2, loss="fused-ce")),
+    ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, engine="fsdp2", gpus=2, loss="fused-ce")),
+    ("gpt2", dict(precision="fp32", seq_len=256, micro_batch=4, loss="fused-ce")),
     # chunked: k weight-gradient contributions summed in place; loop script; FSDP2
     ("llama-gqa", dict(precision="bf16", seq_len=256, micro_batch=4, loss="chunked", loss_chunks=16, loop="script")),
     ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, engine="fsdp2", gpus=2, loss="chunked")),

@@ -136,7 +136,9 @@ def script_requirements(spec: ModelSpec, setup: TrainingSetup, checkpointing: bo
                    "bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)")
     loss = {"hf": "the model's own cross-entropy (labels passed to the model)",
             "chunked": f"a chunked cross-entropy over {s.loss_chunks} chunks (torchtune/litgpt style)",
-            "fused-linear": "Liger's fused linear cross-entropy (HF Trainer: --use_liger_kernel)"}[s.loss]
+            "fused-linear": "Liger's fused linear cross-entropy (HF Trainer: --use_liger_kernel)",
+            "fused-ce": "flash-attn's cross-entropy on the 16-bit logits (flash_attn.losses.cross_entropy."
+                        "CrossEntropyLoss, inplace_backward=False) in place of the model's own"}[s.loss]
     out.append(f"loss: {loss}; loop {s.loop}: "
                + ("the logits are dropped before backward" if s.loop == "trainer" else
                   "the model output is kept through backward"))

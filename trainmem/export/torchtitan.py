@@ -24,7 +24,7 @@ TP (``disable_loss_parallel`` for --no-loss-parallel); compile off (the estimate
 What torchtitan 0.2.2 cannot run as estimated: LoRA/QLoRA (not a job-config feature), fp16 (its
 mixed_precision_param is bfloat16 or float32), the pure-bf16 recipe under FSDP (it reduces gradients in float32,
 ``mixed_precision_reduce``), FSDP at dp × cp = 1 (``parallel_dims.fsdp_enabled`` is false there), TP without
-sequence parallelism, eager attention, the chunked / fused-linear losses and the script loop (its trainer computes
+sequence parallelism, eager attention, the chunked / fused-linear / fused-ce losses and the script loop (its trainer computes
 a plain cross-entropy and drops the logits), optimizers other than Adam/AdamW, and models that its llama3 model
 cannot build (biases, tied embeddings, MoE, sliding windows, dropout).
 """
@@ -71,6 +71,8 @@ def reason(setup: TrainingSetup) -> str | None:
         return "torchtitan always applies sequence parallelism with tensor parallelism; drop --no-sp"
     if s.attn == "eager":
         return "torchtitan's models run SDPA attention; eager attention has no setting"
+    if s.precision == "fp8" and s.fp8_backend == "te":
+        return "torchtitan's float8 is torchao's Float8Linear; Transformer Engine linears (--fp8-backend te) have no setting"
     if s.loss != "hf" or s.loop != "trainer":
         return "torchtitan's trainer computes a plain cross-entropy and drops the logits; use --loss hf --loop trainer"
     if s.optimizer not in _OPTIMIZERS:

@@ -109,11 +109,22 @@ def _norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
     return 4.0 + r + rows
 
 
-def _linear_inputs_saved(setup: TrainingSetup, n_consumers: int, width: int) -> float:
+def te_fp8_linears(setup: TrainingSetup, fp8: bool) -> bool:
+    """An fp8 run outside Megatron whose linears are Transformer Engine ``te.Linear`` (``--fp8-backend te``).
+    Each one quantizes its own input and saves only that fp8 copy for the weight gradient, 1 B per element:
+    TE v0.x–1.x ``_Linear.forward`` ``save_for_backward(inputmat_no_fp8 if ... not fp8_wgrad else None,
+    inputmat_t if ... fp8_wgrad else None, weight, weight_t_fp8, ...)``; TE 2.x keeps the quantized input
+    with its column-wise usage only (transformer_engine/pytorch/module/linear.py)."""
+    return fp8 and setup.engine != "megatron" and setup.fp8_backend == "te"
+
+
+def _linear_inputs_saved(setup: TrainingSetup, n_consumers: int, width: int, te_fp8: bool = False) -> float:
     """Bytes per token kept by the linears that read one norm output of ``width`` features.
     Pure/fp32: the one shared input tensor (r or c B). Autocast: each linear casts its input to
     16 bits itself (no cache for non-leaf tensors, aten/src/ATen/autocast_mode.h cached_cast), so
-    every consumer keeps its own 2-byte copy."""
+    every consumer keeps its own 2-byte copy. Transformer Engine linears (``te_fp8``): each its own fp8 copy."""
+    if te_fp8:
+        return 1.0 * n_consumers * width
     if is_amp(setup):
         return 2.0 * n_consumers * width
     return float(residual_bytes(setup) if setup.precision != "fp32" else 4) * width
@@ -145,6 +156,7 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
     def add(name: str, component: str, per_token: float, tp_split: bool = True) -> None:
         terms.append(Term(name, component, int(round(per_token * T)), tp_split))
 
+    te = te_fp8_linears(setup, fp8)
     norm_elem = _norm_saved_per_elem(spec, setup)
     fused_qkv = mt in ("phi3", "gpt2", "gpt_neox", "falcon")
     # --- attention block -----------------------------------------------------------------------
@@ -152,13 +164,15 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
     if spec.q_lora_rank is not None or spec.kv_lora_rank is not None:
         _mla_terms(spec, setup, add)
     else:
-        add("qkv_input", "attention", _linear_inputs_saved(setup, 1 if fused_qkv else 3, h), tp_split=False)
+        add("qkv_input", "attention", _linear_inputs_saved(setup, 1 if fused_qkv else 3, h, te), tp_split=False)
         if mt == "qwen3" or mt == "gemma3_text" or mt == "gemma3" or mt == "qwen3_moe":
             # q_norm/k_norm (RMSNorm over head_dim) on q and k: each keeps 4 + r B per element
             # the q/k projections' outputs are in the compute dtype (16-bit under autocast too): the
             # RMSNorm keeps an fp32 copy (4) and the normalised value cast back to it (c) per element
             add("qk_norm", "attention", ((4.0 + c if mt.startswith("qwen3") else 8.0) * d + 4.0) * (a + kv))
         _core_attention_terms(spec, setup, add, s=s, b=b)
+        if te:
+            _te_output_projection(terms, add, c, a * dv)
     # --- mlp block ----------------------------------------------------------------------------
     if spec.parallel_residual and mt == "gpt_neox":
         # both norms read the same residual tensor: the second keeps only its mean/rstd rows
@@ -173,7 +187,7 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
     if moe:
         _moe_terms(spec, setup, add)
     else:
-        _mlp_terms(spec, setup, add, spec.intermediate_size)
+        _mlp_terms(spec, setup, add, spec.intermediate_size, te)
     _dropout_terms(spec, setup, add, s=s)
     if setup.is_lora:
         terms = _lora_terms(spec, setup, layer_idx, terms)
@@ -263,6 +277,16 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
     add("o_input", "attention", c * a * dv)
 
 
+def _te_output_projection(terms: list[Term], add, c: int, width: int) -> None:
+    """A ``te.Linear`` output projection saves its own fp8 copy of the attention output (1 B), not the 16-bit
+    tensor: the copy o_proj alone kept (``o_input``) goes; the attention kernel's own saved output stays."""
+    for i, t in enumerate(terms):
+        if t.name == "o_input":
+            terms[i] = Term(t.name, t.component, t.bytes // c, t.tp_split)
+            return
+    add("o_input_fp8", "attention", 1.0 * width)
+
+
 def sliding_window_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
     """Mistral-style sliding-window attention (mistral, mixtral, phi3; qwen2 with use_sliding_window):
     once the window does not cover the sequence, transformers builds an explicit (1, 1, s, s) boolean
@@ -281,16 +305,19 @@ def sdpa_math_fallback(spec: ModelSpec, setup: TrainingSetup) -> bool:
             and spec.q_lora_rank is None and spec.kv_lora_rank is None)
 
 
-def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int) -> None:
+def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int, te: bool = False) -> None:
+    """``te``: Transformer Engine linears (``te_fp8_linears``): the down projection keeps a 1-B fp8 copy of its
+    input in place of the 16-bit tensor it alone kept."""
     h = spec.hidden_size
     c = compute_bytes(setup)
     mt = spec.model_type
+    down_in = 1.0 if te else float(c)
     if spec.mlp_gated:
         n_in = 1 if mt == "phi3" else 2
-        add("mlp_input", "mlp", _linear_inputs_saved(setup, n_in, h), tp_split=False)
+        add("mlp_input", "mlp", _linear_inputs_saved(setup, n_in, h, te), tp_split=False)
         # gate output (kept by the activation), act output and up output (kept by the product),
         # product (kept by down_proj): 4 tensors of width i.
-        add("mlp_intermediate", "mlp", 4.0 * c * width)
+        add("mlp_intermediate", "mlp", (3.0 * c + down_in) * width)
         return
     falcon_two_ln = mt == "falcon" and spec.hf_config.get("new_decoder_architecture") and \
         (spec.hf_config.get("num_ln_in_parallel_attn") or 2) == 2
@@ -298,7 +325,9 @@ def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int) -> None:
         # ln_mlp reads the same residual as ln_attn (only its mean/rstd rows are new); its output feeds the MLP
         add("ln_mlp_stats", "norm", 8.0, tp_split=False)
     if not (spec.parallel_residual and mt == "falcon") or falcon_two_ln:
-        add("mlp_input", "mlp", _linear_inputs_saved(setup, 1, h), tp_split=False)
+        add("mlp_input", "mlp", _linear_inputs_saved(setup, 1, h, te), tp_split=False)
+    elif te:
+        add("mlp_input", "mlp", 1.0 * h, tp_split=False)
     elif is_amp(setup):
         # one LayerNorm feeds attention and MLP: shared in 16-bit, but under autocast the MLP's first
         # linear casts its own 16-bit copy of the fp32 norm output
@@ -308,14 +337,14 @@ def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int) -> None:
             # Under CUDA autocast ``pow`` is an fp32 op: it keeps an fp32 copy of x (4), the rest of the
             # formula runs in fp32 (tanh output 4, 1+tanh 4), 0.5*x stays 16-bit (2), and fc2 keeps its
             # own 16-bit cast of the fp32 result (2): 16 B per element of width i.
-            add("mlp_intermediate", "mlp", 16.0 * width)
+            add("mlp_intermediate", "mlp", (14.0 + down_in) * width if te else 16.0 * width)
         else:
             # NewGELUActivation (activations.py): 0.5*x*(1+tanh(√(2/π)(x+0.044715x³))) keeps x, tanh(.),
             # 0.5*x and 1+tanh(.), then fc2 keeps the result: 5 tensors of width i.
-            add("mlp_intermediate", "mlp", 5.0 * c * width)
+            add("mlp_intermediate", "mlp", (4.0 * c + down_in) * width)
     else:
         # native gelu/relu keeps its input; fc2 keeps the activation output: 2 tensors.
-        add("mlp_intermediate", "mlp", 2.0 * c * width)
+        add("mlp_intermediate", "mlp", (c + down_in) * width)
 
 
 def _moe_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:

@@ -126,7 +126,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
             raise ConfigError(f"gpu {gpu.name} has no fp8 tensor cores; use mixed-bf16 or amp-bf16")
         setup = setup.model_copy(update={"precision": FP8_BASE[setup.engine]})
         fp8_stage_bytes = tuple(fp8_weight_cache_bytes(spec, setup, stg) for stg in range(setup.pp))
-        notes.append(_FP8_NOTE[setup.engine])
+        notes.append(_FP8_NOTE["te-fsdp2" if (setup.engine == "fsdp2" and setup.fp8_backend == "te") else setup.engine])
     if stages is None:
         stages = (0,) if setup.pp == 1 else tuple(sorted({0, setup.pp - 1}))
     best = None
@@ -172,6 +172,10 @@ _FP8_NOTE = {
                 "activation in bf16 (trainmem/memory/megatron_activations.py)",
     "fsdp2": "fp8 (torchao Float8Linear, torchtitan [float8]): amp-bf16 memory; weights are cast to fp8 in each "
              "forward and backward (transient) and the linears save their bf16 inputs, so no fp8 copy persists",
+    "te-fsdp2": "fp8 (Transformer Engine te.Linear in place of nn.Linear: Accelerate's TE backend, llm-foundry "
+                "fc_type te): amp-bf16 memory; each linear saves an fp8 copy of its input (1 B per element) and "
+                "an fp8 copy and transpose of its unsharded weight for backward (2 B per weight, every layer "
+                "alive from its forward to its backward: counted for the whole step); the LM head stays bf16",
 }
 
 
@@ -184,8 +188,14 @@ def fp8_weight_cache_bytes(spec: ModelSpec, setup: TrainingSetup, stage: int) ->
     With ``fp8_params`` the fp8 weight is the parameter itself (counted by the engine) and only its
     transpose is extra: TE 2.9 ``Float8TensorStorage.update_usage(columnwise_usage=True)`` creates
     ``_transpose`` on the tensor where ``is_non_tn_fp8_gemm_supported()`` is False (Hopper), 1 B per
-    weight (Blackwell sm100 needs none: counted anyway, an upper bound there)."""
-    if setup.engine != "megatron":
+    weight (Blackwell sm100 needs none: counted anyway, an upper bound there).
+
+    fsdp2 with ``--fp8-backend te`` (``te.Linear`` without ``is_first_microbatch``, as Accelerate and llm-foundry
+    call it): the copies are made from the all-gathered weight in every forward and saved for backward — TE
+    v0.x–1.x's per-module ``weight1_fp8`` / ``weight1_t_fp8`` workspaces (full weight shape), TE 2.x's
+    quantized weight with row- and column-wise usage on Hopper — 2 B per unsharded layer weight, all alive at
+    the turn from forward to backward, where the step peaks."""
+    if setup.engine != "megatron" and setup.fp8_backend != "te":
         return 0
     return (1 if setup.fp8_params else 2) * sum(rank_params(spec, setup, stage).layer_matmul)
 

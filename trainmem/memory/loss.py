@@ -6,6 +6,8 @@ caller holds the model output. At the loss backward, nll_loss's gradient (fp32) 
 gradient (fp32) are alive together: 2 + 4 + 4 + 4 = 14 B per b·s·V element (16 with fp32 logits).
 Megatron's fused vocab-parallel cross entropy keeps one fp32 softmax buffer and computes the gradient in
 place (megatron/core/tensor_parallel/cross_entropy.py): about 2 + 4 (+2 for the bf16 gradient).
+flash-attn's Triton cross-entropy (``--loss fused-ce``) reads the 16-bit logits as they are and saves them:
+2 + 2 (the gradient) and nothing in fp32 but a log-sum-exp per token.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
-__all__ = ["LossBuffers", "loss_buffers", "liger_chunk_rows"]
+__all__ = ["LossBuffers", "loss_buffers", "liger_chunk_rows", "fused_ce_buffers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,9 @@ class LossBuffers:
     head_backward_transient_bytes: int = 0
     """Alive with the LM head's gradient at its backward, beyond it and the logits' gradient (chunked: the
     next chunk's weight-gradient contribution before it is added in place)."""
+    logits_saved: bool = False
+    """The loss saves the logits themselves for its backward (a fused cross-entropy kernel): they outlive a
+    dropped model output until the loss backward has run."""
 
 
 def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
@@ -59,6 +64,8 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
         return _chunked(spec, setup, n, c)
     if setup.loss == "fused-linear":
         return _fused_linear(spec, setup, T, V, c)
+    if setup.loss == "fused-ce":
+        return _sp_final_norm_shard(spec, setup, fused_ce_buffers(T, V, c))
     kept = 4 * n
     if spec.final_logit_softcapping and spec.head == "lm":
         kept += c * n  # tanh output kept for backward; division by the cap keeps nothing
@@ -66,6 +73,19 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     return _sp_final_norm_shard(spec, setup, LossBuffers(
         logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=fwd, backward_transient_bytes=8 * n,
         grad_logits_bytes=c * n if c == 2 else 0))
+
+
+def fused_ce_buffers(tokens: int, vocab: int, logit_bytes: int) -> LossBuffers:
+    """flash-attn's cross-entropy (flash_attn/ops/triton/cross_entropy.py ``CrossEntropyLoss``, v2.x; the
+    ``flash_attn.losses.cross_entropy.CrossEntropyLoss`` module that llm-foundry's ``loss_fn:
+    fused_crossentropy`` builds with ``inplace_backward`` left False, llmfoundry/models/mpt/modeling_mpt.py
+    @ b2a43a1477a4). Its kernels read the logits in their own dtype and compute in fp32 registers: the
+    forward allocates ``losses``, ``lse`` and ``z_losses`` (fp32, one per token) and saves ``(logits, lse,
+    labels)``; the backward allocates ``dlogits = torch.empty_like(logits)`` and writes the gradient there.
+    So no fp32 b·s·V buffer exists at any time; the logits stay alive (saved) until the loss backward."""
+    n = tokens * vocab
+    return LossBuffers(logits_bytes=logit_bytes * n, kept_bytes=4 * tokens, forward_transient_bytes=8 * tokens,
+                       backward_transient_bytes=0, grad_logits_bytes=logit_bytes * n, logits_saved=True)
 
 
 def _sp_final_norm_shard(spec: ModelSpec, setup: TrainingSetup, lb: LossBuffers) -> LossBuffers:

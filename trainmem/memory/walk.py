@@ -149,7 +149,7 @@ class StepWalk:
         tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
         tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
         tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes + lora_head_frame_bytes(self.spec, s))
-        if s.loop == "trainer":
+        if s.loop == "trainer" and not loss.logits_saved:
             # HF Trainer's compute_loss returns the loss only (torchtitan: ``del pred``; Megatron returns
             # the loss): the model output dies here; the loss graph keeps no reference to the logits
             # (``logits.float()`` saves nothing, log_softmax saves its output).
@@ -225,6 +225,8 @@ class StepWalk:
         if not keep_through_norm:
             tl.free(f"losskept{mb}")
         tl.alloc(f"glogits{mb}", "temporaries", loss.grad_logits_bytes)
+        if loss.logits_saved and self.s.loop == "trainer":
+            tl.free(f"logits{mb}")  # (fused cross-entropy: its saved logits go once its backward has run)
         if not fused:
             self.eng.grad("g_head", p.head_train, mb)
         elif tl.has(f"ligergw{mb}.g_head"):  # Liger's weight gradient of a later micro-batch is added now

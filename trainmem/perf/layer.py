@@ -54,8 +54,8 @@ class Ctx:
     amp: bool
     """torch.autocast over fp32 weights (casts each forward)."""
     fp8_recipe: str
-    """``te`` (tensorwise, Transformer Engine, weights cast once per step) | ``torchao`` (rowwise,
-    compiled, weights cast each micro-batch) | ``''``."""
+    """``te`` (tensorwise, Transformer Engine; under Megatron weights cast once per step) | ``torchao``
+    (rowwise, compiled, weights cast each micro-batch) | ``''``."""
     lora_targets: frozenset[str]
     """Adapted linears (``all-linear``: every one); empty for full fine-tuning."""
     lora_rank: int
@@ -131,7 +131,9 @@ def _linear_seconds(ctx: Ctx, x: Linear, tokens: int) -> tuple[float, float, flo
     bwd = _gemm(ctx, tokens, k, n, fp8) + (0.0 if frozen else _gemm(ctx, k, n, tokens, fp8))
     cast = 0.0
     if fp8:
-        per_step_weight = 1.0 if ctx.fp8_recipe == "torchao" else 0.0  # TE caches fp8 weights over micro-batches
+        # Megatron has TE cache the fp8 weights over a step's micro-batches (is_first_microbatch); torchao, and TE
+        # called without is_first_microbatch (Accelerate, llm-foundry), cast them in every micro-batch
+        per_step_weight = 0.0 if (ctx.fp8_recipe == "te" and ctx.style == "fused") else 1.0
         cast = (fp8_cast_bytes_per_element(ctx.fp8_recipe, "input") * tokens * k
                 + fp8_cast_bytes_per_element(ctx.fp8_recipe, "grad_output") * tokens * n
                 + per_step_weight * fp8_cast_bytes_per_element(ctx.fp8_recipe, "weight") * k * n)

@@ -42,8 +42,10 @@ BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_c
                   "offload", "optimizer")
 #: Loss kernels' HBM bytes per logit element, forward + backward: HF ForCausalLMLoss upcasts to fp32
 #: (upcast 2+4, log_softmax with its max/sum passes 16, backward 22); Megatron's vocab-parallel
-#: cross-entropy 36 (fp32 max, exp, sum, softmax-grad passes); Liger's fused linear loss 16.
-_LOSS_BYTES = {"hf": 44.0, "chunked": 44.0, "fused-linear": 16.0, "megatron": 36.0}
+#: cross-entropy 36 (fp32 max, exp, sum, softmax-grad passes); Liger's fused linear loss 16; flash-attn's
+#: cross-entropy 6 (the forward kernel reads the 16-bit logits once, the backward reads them and writes the
+#: 16-bit gradient: flash_attn/ops/triton/cross_entropy.py ``cross_entropy_fwd_kernel`` / ``_bwd_kernel``).
+_LOSS_BYTES = {"hf": 44.0, "chunked": 44.0, "fused-linear": 16.0, "fused-ce": 6.0, "megatron": 36.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +141,7 @@ def _ctx(spec: ModelSpec, s: TrainingSetup, dev: Device) -> Ctx:
     return Ctx(dev=dev, mm=mm, c=c, r=residual_bytes(s), style="fused" if s.engine == "megatron" else "hf",
                attn="eager" if eager else attention_kernel(dev, s.engine), b=s.micro_batch, s=s.seq_len,
                tokens=s.micro_batch * s.seq_len // s.cp, tp=s.tp, sp=bool(s.sp), ep=s.ep, amp=is_amp(s),
-               fp8_recipe=("te" if s.engine == "megatron" else "torchao") if mm == "fp8" else "",
+               fp8_recipe=(s.fp8_backend or "torchao") if mm == "fp8" else "",
                lora_targets=targets, lora_rank=s.lora_rank, qlora=s.qlora, cp=s.cp)
 
 

@@ -34,6 +34,16 @@ EXACT: dict[str, str] = {
     "backward (transient) and the linears save their bf16 inputs, so no fp8 copy persists":
         "fp8（torchao Float8Linear，torchtitan [float8]）：显存与 amp-bf16 相同；权重在每次前向和反向时临时转换为 fp8，"
         "线性层保存的是 bf16 输入，因此不会常驻 fp8 副本",
+    "fp8 (Transformer Engine te.Linear in place of nn.Linear: Accelerate's TE backend, llm-foundry fc_type te): "
+    "amp-bf16 memory; each linear saves an fp8 copy of its input (1 B per element) and an fp8 copy and transpose of "
+    "its unsharded weight for backward (2 B per weight, every layer alive from its forward to its backward: counted "
+    "for the whole step); the LM head stays bf16":
+        "fp8（用 Transformer Engine 的 te.Linear 替换 nn.Linear：Accelerate 的 TE 后端、llm-foundry 的 fc_type te）："
+        "显存按 amp-bf16 计；每个线性层为反向保存一份 fp8 输入（每元素 1 B），以及未分片权重的 fp8 副本和转置"
+        "（每个权重 2 B，各层从前向一直活到反向，按整步计入）；LM head 仍为 bf16",
+    "--fp8-backend needs --precision fp8": "--fp8-backend 需要配合 --precision fp8",
+    "--fp8-backend torchao: Megatron's fp8 runs Transformer Engine; use --fp8-backend te":
+        "--fp8-backend torchao：Megatron 的 fp8 走的是 Transformer Engine，请用 --fp8-backend te",
     # ------------------------------------------------------------------ phases (estimate timeline)
     "step start": "训练步开始",
     "step end": "训练步结束",

@@ -22,6 +22,12 @@ fused linear cross-entropy with Liger-Kernel's memory behaviour.
   V·H product and, for a 16-bit product, its fp32 copy). Only ``grad_input`` and ``grad_weight`` are saved;
   backward scales them in place and hands them out. It traces the memory timeline, not Liger's
   arithmetic.
+- ``fused-ce``: flash-attn's ``CrossEntropyLoss`` (flash_attn/ops/triton/cross_entropy.py, v2.x; llm-foundry's
+  ``fused_crossentropy``) on the LM head's logits as they are (no fp32 upcast). Its Triton kernels keep the
+  fp32 arithmetic in registers; ``_FlashCE`` allocates what they allocate — ``losses``, ``lse`` and
+  ``z_losses`` (fp32, per token) in forward, saving ``(logits, lse, labels)``, and ``dlogits =
+  empty_like(logits)`` in backward — and does the arithmetic a few rows at a time (chunks of 1/1024 of the
+  logits, at least 2^16 elements: fp32 temporaries of 0.4 % of the logits).
 
 The final hidden state is computed by the model's own decoder (``model.base_model``), so everything before the
 LM head is the real transformers code. Labels are shifted as transformers does (pad with -100, drop the
@@ -81,6 +87,10 @@ def run_loss(model: nn.Module, setup: "TrainingSetup", ids: torch.Tensor, labels
             loss = sum(F.cross_entropy(lg.float().flatten(0, 1), t.flatten(), ignore_index=IGNORE, reduction="sum")
                        for lg, t in zip(logits, target.chunk(k, dim=1)))
             return loss / n_tokens, logits
+        if setup.loss == "fused-ce":
+            logits = head(hidden)
+            losses = _FlashCE.apply(logits.flatten(0, 1), target.flatten())
+            return losses.sum() / n_tokens, logits
         b, s, h = hidden.shape
         w = head.weight
         rows = liger_chunk_rows(b * s, w.shape[0], h, setup.loss_chunks)
@@ -139,3 +149,43 @@ class _FusedLinearCE(torch.autograd.Function):
         if grad_w is not None:
             grad_w.mul_(grad_out)
         return grad_x, grad_w, None, None
+
+
+def _rows_per_chunk(n_rows: int, n_cols: int) -> int:
+    return max(1, max(2 ** 16, n_rows * n_cols // 1024) // n_cols)
+
+
+class _FlashCE(torch.autograd.Function):
+    """flash-attn's cross-entropy, allocation for allocation (see the module docstring); per-token losses."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        n_rows, n_cols = logits.shape
+        losses = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
+        lse = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
+        z_losses = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
+        step = _rows_per_chunk(n_rows, n_cols)
+        for start in range(0, n_rows, step):
+            rows, ts = logits[start:start + step].float(), target[start:start + step]
+            lse[start:start + step] = torch.logsumexp(rows, -1)
+            picked = rows.gather(1, ts.clamp(min=0)[:, None]).squeeze(1)
+            losses[start:start + step] = torch.where(ts == IGNORE, 0.0, lse[start:start + step] - picked)
+            del rows, picked
+        z_losses.zero_()
+        ctx.save_for_backward(logits, lse, target)
+        ctx.mark_non_differentiable(z_losses)
+        return losses
+
+    @staticmethod
+    def backward(ctx: Any, grad_losses: torch.Tensor) -> tuple[Any, ...]:  # noqa: D102
+        logits, lse, target = ctx.saved_tensors
+        dlogits = torch.empty_like(logits)
+        step = _rows_per_chunk(*logits.shape)
+        for start in range(0, logits.shape[0], step):
+            ts = target[start:start + step]
+            probs = (logits[start:start + step].float() - lse[start:start + step, None]).exp_()
+            probs.scatter_add_(1, ts.clamp(min=0)[:, None], -torch.ones_like(probs[:, :1]))
+            probs.mul_(torch.where(ts == IGNORE, 0.0, grad_losses[start:start + step])[:, None])
+            dlogits[start:start + step] = probs
+            del probs
+        return dlogits, None

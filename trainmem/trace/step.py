@@ -348,7 +348,7 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
                         if setup.loss == "hf":
                             outputs = model(input_ids=ids, labels=labels, use_cache=False, **extra)
                             loss = outputs.loss
-                        else:  # --loss chunked | fused-linear (trainmem/trace/losses.py)
+                        else:  # --loss chunked | fused-linear | fused-ce (trainmem/trace/losses.py)
                             outputs, loss = run_loss(model, setup, ids, labels, on_loss=lambda: setattr(
                                 tracker, "phase", "loss" + tracker.phase[len("forward"):]))
                     if setup.loop == "trainer":
