@@ -332,6 +332,11 @@ def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[
             how.append("fp8 parameters (recipe: fp8_param_gather true)")
     if engine == "fsdp2" and tp > 1 and sp is False:
         fields["no_sp"] = True
+    if p.get("pipeline_split") == "account-for-embedding-loss":
+        # Megatron's --account-for-embedding/loss-in-pipeline-split (the point's notes cite the recipe)
+        from trainmem.memory.states import account_split
+        fields["stage_layers"] = account_split(spec.num_layers, pp, p.get("vpp") or 1)
+        how.append(f"pipeline split: embedding and loss counted as layers, {list(fields['stage_layers'])}")
     if p["engine"] == "fsdp1":
         # llm-foundry's MPT: loss_fn defaults to fused_crossentropy (flash-attn's CrossEntropyLoss on the bf16
         # logits, llmfoundry/models/mpt/modeling_mpt.py @ b2a43a1477a4); Composer keeps ``state.outputs``

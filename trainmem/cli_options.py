@@ -47,6 +47,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("cp", _I, "--cp", "context-parallel degree [1]"),
     ("ep", _I, "--ep", "expert-parallel degree [1]"),
     ("vpp", _I, "--vpp", "virtual pipeline chunks per stage [1]"),
+    ("stage_layers", _S, "--stage-layers", "decoder layers per pipeline stage, first to last, e.g. 15,16,16,15 "
+                                           "[the even split, remainder to the first stages]"),
     ("sp", _B, "--sp", "sequence parallelism (megatron; on by default for fsdp2 with --tp)"),
     ("no_sp", _B, "--no-sp", "fsdp2 with --tp: tensor parallelism without SequenceParallel"),
     ("no_loss_parallel", _B, "--no-loss-parallel", "fsdp2 with --tp: full logits on every rank"),

@@ -25,6 +25,8 @@ gpus               1               world size
 dp                 gpus/(tp·pp·cp) data-parallel degree
 tp, pp, cp, ep     1               tensor / pipeline / context / expert parallel degree
 vpp                1               virtual pipeline chunks per stage (interleaved 1F1B)
+stage_layers       even split      decoder layers per pipeline stage, first to last (Megatron's first/last-stage
+                                   counts or account-for-embedding/loss split, torchtitan's split points)
 sp                 engine default  sequence parallelism: megatron off unless --sp; fsdp2 with tp > 1 on
                                    (torchtitan's SequenceParallel) unless --no-sp
 loss_parallel      engine default  vocab-sharded logits with tp > 1: megatron always, fsdp2 unless
@@ -113,6 +115,12 @@ class TrainingSetup(BaseModel):
     cp: int = Field(1, ge=1)
     ep: int = Field(1, ge=1)
     vpp: int = Field(1, ge=1)
+    stage_layers: tuple[int, ...] | None = None
+    """Decoder layers on each pipeline stage, first to last (``pp`` counts summing to the model's layers):
+    Megatron-LM's ``--decoder-first/last-pipeline-num-layers`` (the middle stages even) or
+    ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split`` (the embedding and the
+    loss each counted as a layer), torchtitan's ``pipeline_parallel_split_points``. Default: the even split with
+    the remainder on the first stages."""
     sp: bool | None = None
     no_sp: bool = False
     loss_parallel: bool | None = None
@@ -198,6 +206,11 @@ class TrainingSetup(BaseModel):
             raise ValueError("--sp needs tp > 1 (sequence parallelism splits the tp group's activations)")
         if self.vpp > 1 and self.pp == 1:
             raise ValueError(f"vpp({self.vpp}) needs pp > 1")
+        if self.stage_layers is not None:
+            if len(self.stage_layers) != self.pp:
+                raise ValueError(f"--stage-layers gives {len(self.stage_layers)} stages for pp({self.pp})")
+            if min(self.stage_layers) < 1:
+                raise ValueError(f"--stage-layers {','.join(map(str, self.stage_layers))}: every stage needs a layer")
         if self.ep > 1 and (self.dp * self.cp * self.tp) % self.ep:
             raise ValueError(f"ep({self.ep}) does not divide dp({self.dp}) * cp({self.cp}) * tp({self.tp})")
         if self.cp > 1 and self.seq_len % (2 * self.cp):
@@ -324,6 +337,12 @@ def make_setup(**fields: object) -> TrainingSetup:
             clean["gpu_memory"] = parse_size_bytes(str(clean["gpu_memory"]))
         except ValueError as err:
             raise ConfigError(f"gpu-memory: {err}") from None
+    if isinstance(clean.get("stage_layers"), str):
+        try:
+            clean["stage_layers"] = tuple(int(x) for x in str(clean["stage_layers"]).replace(" ", "").split(","))
+        except ValueError:
+            raise ConfigError(f"--stage-layers {clean['stage_layers']!r}: comma-separated layer counts, "
+                              "e.g. 15,16,16,15") from None
     if isinstance(clean.get("lora_targets"), str):
         clean["lora_targets"] = tuple(t.strip() for t in str(clean["lora_targets"]).split(",") if t.strip())
     try:
@@ -341,8 +360,12 @@ def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
         raise ConfigError(f"tp({setup.tp}) and num_key_value_heads({kv}): neither divides the other")
     if setup.pp > spec.num_layers:
         raise ConfigError(f"pp({setup.pp}) > num_layers({spec.num_layers})")
-    if setup.vpp > 1 and spec.num_layers % (setup.pp * setup.vpp):
-        raise ConfigError(f"num_layers({spec.num_layers}) is not divisible by pp({setup.pp}) * vpp({setup.vpp})")
+    if setup.stage_layers is not None and sum(setup.stage_layers) != spec.num_layers:
+        raise ConfigError(f"--stage-layers {','.join(map(str, setup.stage_layers))} sums to {sum(setup.stage_layers)}, "
+                          f"not num_layers({spec.num_layers})")
+    if setup.vpp > 1 and setup.stage_layers is None and spec.num_layers % (setup.pp * setup.vpp):
+        raise ConfigError(f"num_layers({spec.num_layers}) is not divisible by pp({setup.pp}) * vpp({setup.vpp}); "
+                          "give the split with --stage-layers")
     if setup.ep > 1:
         if not spec.is_moe:
             raise ConfigError(f"ep({setup.ep}) needs a mixture-of-experts model; {spec.name} is dense")

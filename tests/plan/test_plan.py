@@ -41,7 +41,7 @@ def test_every_configuration_is_a_valid_setup_with_the_global_batch(gpus: int, g
         n += 1
         assert k.micro_batch * k.grad_accum * k.dp == gb
         assert k.gpus == gpus and 8 % k.tp == 0
-        s = make_setup(**k.setup_fields(), seq_len=1024, precision=engine_precision(k.engine, "bf16"))
+        s = make_setup(**k.setup_fields(spec), seq_len=1024, precision=engine_precision(k.engine, "bf16"))
         estimate(spec, s)  # validates against the model too
         if n > 300:
             break
@@ -61,7 +61,7 @@ def test_lower_bound_never_above_the_estimate(gpus: int, gb: int, seq: int) -> N
     spec = _spec()
     for k in list(configurations(spec, SpaceLimits(gpus=gpus, gpus_per_node=8, global_batch=gb, seq_len=seq)))[::7]:
         prec = engine_precision(k.engine, "bf16")
-        s = make_setup(**k.setup_fields(), seq_len=seq, precision=prec)
+        s = make_setup(**k.setup_fields(spec), seq_len=seq, precision=prec)
         assert states_lower_bound_bytes(spec, k, prec, "adamw") <= estimate(spec, s).peak_allocated_bytes
 
 

@@ -15,7 +15,7 @@ from trainmem.cli import main
 from trainmem.hardware import parse_cluster
 from trainmem.perf.step import stage_seconds
 from trainmem.plan.search import GroupSearch, PlanRequest, fits_with_margin, plan
-from trainmem.plan.stages import megatron_split, stage_estimate, stage_ranges, stage_spec
+from trainmem.plan.stages import megatron_split, stage_estimate, stage_ranges
 
 _POOL = "16xA100-SXM-80G,8xL40S-48G"
 
@@ -99,7 +99,8 @@ def test_uneven_stages_beat_the_even_split(staged) -> None:  # noqa: ANN001
 
 
 def test_the_stage_model_is_the_even_split_when_the_split_is_even() -> None:
-    """stage_spec + estimate(stages=…) reproduce the estimator's own stage of an even split."""
+    """stage_estimate (the setup with the split as its stage_layers) reproduces the estimator's own stage of
+    an even split."""
     from trainmem.memory.estimate import estimate
     req = _request("qwen2.5-0.5b", "4xA100-SXM-80G", 8, 2048)
     gs = GroupSearch(req, req.cluster.groups[0])
@@ -108,7 +109,7 @@ def test_the_stage_model_is_the_even_split_when_the_split_is_even() -> None:
     s = gs.setup(k)
     for j in (0, 3):
         want = estimate(req.spec, s, stages=(j,))
-        got = estimate(stage_spec(req.spec, 4, stage_ranges((6, 6, 6, 6))[j]), s, stages=(j,))
+        got = stage_estimate(req.spec, s, (6, 6, 6, 6), j)
         assert got.peak_allocated_bytes == want.peak_allocated_bytes
 
 

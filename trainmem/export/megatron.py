@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainmem.export.common import ExportTarget, bash_array, summary_lines, torchrun_prefix
+from trainmem.memory.states import account_split, stage_layers
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
@@ -75,7 +76,7 @@ def _bias(spec: ModelSpec) -> str | None:
 
 def model_reason(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) -> str | None:
     """Why this model's shape has no Megatron-LM (GPTModel) flags here, or None; ``split``: the planner's
-    layers per stage (``ExportTarget.layers_per_stage``)."""
+    layers per stage (``ExportTarget.layers_per_stage``; default the setup's ``stage_layers``)."""
     if spec.model_type not in _FAMILIES or spec.kv_lora_rank is not None or spec.head != "lm":
         return (f"the Megatron-LM exporter knows Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE and GPT-2 shapes, "
                 f"not {spec.model_type}")
@@ -85,10 +86,11 @@ def model_reason(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] =
         return f"{spec.model_type}: its linear biases match none of Megatron's bias flags"
     if spec.mlp_gated and spec.hidden_act != "silu":
         return f"{spec.model_type}: Megatron's gated MLP is SwiGLU (silu), not {spec.hidden_act}"
+    split = split or setup.stage_layers or ()
     if split and _uneven(spec, setup, split) is None:
-        return (f"layers per stage {list(split)}: Megatron-LM's --decoder-first/last-pipeline-num-layers need the "
-                f"stages between the first and the last to hold the same number, {spec.num_layers} layers in all over "
-                f"pp({setup.pp})")
+        return (f"layers per stage {list(split)}: Megatron-LM runs --decoder-first/last-pipeline-num-layers with the "
+                f"stages between the first and the last even (each a multiple of vpp({setup.vpp})), or the "
+                f"account-for-embedding/loss split, {spec.num_layers} layers in all over pp({setup.pp})")
     if _uneven(spec, setup, split) is None:
         return (f"num_layers({spec.num_layers}) over pp({setup.pp}): the estimate gives the remainder to the first "
                 "stages, which Megatron's first/last-stage layer counts cannot express")
@@ -108,25 +110,26 @@ def megatron_split(layers_per_stage: Sequence[int]) -> tuple[int, int] | None:
 
 
 def _uneven(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) -> list[list[object]] | None:
-    """Megatron's flags for the estimate's layer split (trainmem/memory/states.py ``stage_layers``: even, the
-    remainder to the first stages): [] when even, the first/last-stage layer counts when the middle stages
-    stay even (remainder 1 or pp - 1), None when Megatron cannot express it. ``split`` (the planner's layers
-    per stage): the first and last counts when every other stage holds the same (Megatron-LM core_v0.19.0
-    ``transformer_block.py`` ``get_num_layers_to_build`` splits what is left evenly over the middle stages)."""
-    if split:
-        if len(split) != setup.pp or sum(split) != spec.num_layers:
-            return None
-        if len(set(split)) == 1:
-            return []
-        ends = megatron_split(split)
-        return None if ends is None else [["--decoder-first-pipeline-num-layers", ends[0],
-                                           "--decoder-last-pipeline-num-layers", ends[1]]]
-    base, rem = divmod(spec.num_layers, setup.pp)
-    if rem == 0:
-        return []
-    if rem not in (1, setup.pp - 1):
+    """Megatron's flags for the estimate's layer split (trainmem/memory/states.py ``layers_of_stage``: the
+    setup's ``stage_layers`` or even with the remainder on the first stages): [] when even, the account-for-
+    embedding/loss flags when the split is theirs, the first/last-stage layer counts when the middle stages stay
+    even (Megatron-LM core_v0.19.0 ``transformer_block.py`` ``get_num_layers_to_build`` splits what is left evenly
+    over the middle stages; under vpp every stage's count is split over its vpp chunks), None when Megatron cannot
+    express it. ``split``: the planner's layers per stage."""
+    split = split or setup.stage_layers or ()
+    pp, vpp = setup.pp, setup.vpp
+    if not split:
+        split = tuple(len(stage_layers(spec.num_layers, pp, j)) for j in range(pp))
+    if len(split) != pp or sum(split) != spec.num_layers:
         return None
-    return [["--decoder-first-pipeline-num-layers", base + 1, "--decoder-last-pipeline-num-layers", base]]
+    if len(set(split)) == 1:
+        return [] if split[0] % vpp == 0 else None
+    if tuple(split) == account_split(spec.num_layers, pp, vpp):
+        return [["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]]
+    ends = megatron_split(split)
+    if ends is None or any(n % vpp for n in (ends[0], ends[1], split[1] if pp > 2 else 0)):
+        return None
+    return [["--decoder-first-pipeline-num-layers", ends[0], "--decoder-last-pipeline-num-layers", ends[1]]]
 
 
 def _shape_args(spec: ModelSpec, setup: TrainingSetup, target: ExportTarget) -> list[list[object]]:

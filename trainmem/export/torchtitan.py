@@ -113,6 +113,7 @@ def model_reason(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] =
         return "torchtitan's llama3 model has an untied output layer; this model ties its embeddings"
     if spec.sliding_window or spec.attention_dropout or spec.hidden_dropout:
         return "torchtitan's llama3 model has no sliding window and no dropout"
+    split = split or setup.stage_layers or ()
     if split and (len(split) != setup.pp or sum(split) != spec.num_layers or setup.vpp != 1):
         return (f"layers per stage {list(split)}: module_fqns_per_model_part needs one count per stage of pp({setup.pp}), "
                 f"{spec.num_layers} layers in all, without interleaving")
@@ -123,6 +124,7 @@ def _model_parts(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] =
     """module_fqns_per_model_part: the estimate's layer split (``stage_layers``), one part per (virtual) stage;
     ``split``: the planner's layers per stage (uneven stages on mixed GPU types, no interleaving)."""
     parts_n = setup.pp * setup.vpp
+    split = split or setup.stage_layers or ()
     if split and setup.vpp == 1 and len(split) == parts_n and sum(split) == spec.num_layers:
         parts = [[f"layers.{i}" for i in r] for r in stage_ranges(split)]
     else:

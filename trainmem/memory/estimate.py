@@ -109,7 +109,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str],
 
 def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | None = None) -> MemoryEstimate:
     """Peak memory of one steady-state optimizer step on the most loaded rank; ``stages``: the pipeline
-    stages to simulate (default: the first and the last, the most loaded of the even split; the planner
+    stages to simulate (default: those that can be the most loaded, :func:`candidate_stages`; the planner
     asks for one stage of an uneven split)."""
     validate_for_model(setup, spec)
     gpu: GPU = get_gpu(setup.gpu)
@@ -128,7 +128,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
         fp8_stage_bytes = tuple(fp8_weight_cache_bytes(spec, setup, stg) for stg in range(setup.pp))
         notes.append(_FP8_NOTE["te-fsdp2" if (setup.engine == "fsdp2" and setup.fp8_backend == "te") else setup.engine])
     if stages is None:
-        stages = (0,) if setup.pp == 1 else tuple(sorted({0, setup.pp - 1}))
+        stages = candidate_stages(spec, setup)
     best = None
     for stg in stages:
         local_notes: list[str] = []
@@ -177,6 +177,29 @@ _FP8_NOTE = {
                 "an fp8 copy and transpose of its unsharded weight for backward (2 B per weight, every layer "
                 "alive from its forward to its backward: counted for the whole step); the LM head stays bf16",
 }
+
+
+def candidate_stages(spec: ModelSpec, setup: TrainingSetup) -> tuple[int, ...]:
+    """The pipeline stages that can hold a step's peak. Even split: the first (the most micro-batches in
+    flight, the embedding) and the last (the head and the logits). An explicit ``stage_layers`` split also
+    the middle stages an earlier middle stage does not dominate: under 1F1B an earlier stage has at least as
+    many micro-batches in flight (min(pp - i, m)), so a later one matters only with more layers (alike layers)
+    or other layers (a model whose layers differ)."""
+    if setup.pp == 1:
+        return (0,)
+    out = {0, setup.pp - 1}
+    if setup.stage_layers:
+        from trainmem.memory.states import layers_of_stage
+        layers = spec.params.layers
+        alike = all(lp == layers[0] for lp in layers) and len(spec.moe_layer_indices) in (0, spec.num_layers)
+        most, seen = 0, set()
+        for j in range(1, setup.pp - 1):
+            kinds = tuple(layers[i] for i in layers_of_stage(spec, setup, j))
+            if (alike and len(kinds) > most) or (not alike and kinds not in seen):
+                out.add(j)
+            most = max(most, len(kinds))
+            seen.add(kinds)
+    return tuple(sorted(out))
 
 
 def fp8_weight_cache_bytes(spec: ModelSpec, setup: TrainingSetup, stage: int) -> int:

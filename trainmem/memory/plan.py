@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from trainmem.memory.activations import (LayerSaved, compute_bytes, is_amp, layer_saved, model_wide_saved_bytes,
                                          residual_bytes, sdpa_math_fallback, torch_cp)
 from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
-from trainmem.memory.states import RankParams, lora_param_count, stage_layers
+from trainmem.memory.states import RankParams, layers_of_stage, lora_param_count
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
@@ -97,7 +97,7 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
     ``fp8``: the run is an fp8 one whose ``s`` carries its 16-bit base recipe (estimate.py), so the
     megatron engine's TE linears save fp8 inputs (activations.layer_saved)."""
     first, last = rp.stage == 0, rp.stage == s.pp - 1
-    layer_ids = list(stage_layers(spec.num_layers, s.pp, rp.stage))
+    layer_ids = list(layers_of_stage(spec, s, rp.stage))
     layer_params = list(rp.layers)
     frac = (rp.trainable / rp.total) if rp.total else 0.0
     layer_train = [int(p * frac) for p in layer_params]

@@ -21,7 +21,7 @@ from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 from trainmem.units import round_up_bytes
 
-__all__ = ["RankParams", "rank_params", "param_bytes_per_elem", "optimizer_state_bytes",
+__all__ = ["RankParams", "rank_params", "layers_of_stage", "account_split", "param_bytes_per_elem", "optimizer_state_bytes",
            "optimizer_step_temp_bytes", "qlora_base_bytes", "lora_param_count", "stage_layers", "stage_ranges",
            "adafactor_state_bytes"]
 
@@ -70,12 +70,33 @@ def stage_ranges(layers_per_stage: Sequence[int]) -> list[range]:
     return out
 
 
+def account_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, ...] | None:
+    """Decoder layers per pipeline rank under ``--account-for-embedding-in-pipeline-split
+    --account-for-loss-in-pipeline-split`` (Megatron-LM core_v0.19.0 ``transformer_block.py``
+    ``get_num_layers_to_build``: the embedding and the loss each count as one layer, ``num_layers + 2`` is split
+    evenly over the pp·vpp model chunks, and the first and the last rank build one decoder layer fewer), or None
+    when ``num_layers + 2`` does not divide. Megatron-Bridge's Llama-3.1-405B recipe sets both
+    (recipes/llama/llama3.py ``llama31_405b_pretrain_config``): 126 layers on pp 8 → 15, 16 × 6, 15."""
+    units = num_layers + 2
+    if pp < 2 or units % (pp * vpp):
+        return None
+    per_rank = units // pp
+    return (per_rank - 1, *([per_rank] * (pp - 2)), per_rank - 1)
+
+
+def layers_of_stage(spec: ModelSpec, setup: TrainingSetup, stage: int) -> range:
+    """The decoder layers of pipeline ``stage``: the setup's explicit split (``stage_layers``), else the even one."""
+    if setup.stage_layers:
+        return stage_ranges(setup.stage_layers)[stage]
+    return stage_layers(spec.num_layers, setup.pp, stage)
+
+
 def rank_params(spec: ModelSpec, setup: TrainingSetup, stage: int = 0) -> RankParams:
     """Parameters held by one rank of pipeline ``stage``: matmul weights and embeddings ÷ tp
     (column/row parallel, vocab parallel), routed experts ÷ ep, norms replicated."""
     pc = spec.params
     tp, ep = setup.tp, setup.ep
-    layers = [pc.layers[i] for i in stage_layers(spec.num_layers, setup.pp, stage)]
+    layers = [pc.layers[i] for i in layers_of_stage(spec, setup, stage)]
     per_layer: list[int] = []
     per_layer_mm: list[int] = []
     for lp in layers:
@@ -95,7 +116,7 @@ def rank_params(spec: ModelSpec, setup: TrainingSetup, stage: int = 0) -> RankPa
         if spec.tie_word_embeddings and setup.pp > 1:
             head += pc.embedding // tp  # untied copy on the last stage (Megatron keeps both)
     total = emb + head + sum(per_layer)
-    lora = lora_param_count(spec, setup, stage_layers(spec.num_layers, setup.pp, stage), last) if setup.is_lora else 0
+    lora = lora_param_count(spec, setup, layers_of_stage(spec, setup, stage), last) if setup.is_lora else 0
     mm = sum(per_layer_mm)
     head_mm = (pc.lm_head // tp) if last and pc.lm_head else 0
     if last and spec.tie_word_embeddings:

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 from trainmem.hardware.cluster import GPUGroup, Link
 from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes, sdpa_math_fallback
-from trainmem.memory.states import rank_params, stage_layers
+from trainmem.memory.states import layers_of_stage, rank_params
 from trainmem.model.spec import ModelSpec
 from trainmem.perf import calibration as cal
 from trainmem.perf.collectives import allgather_seconds, allreduce_seconds, alltoall_seconds, p2p_seconds, span
@@ -120,12 +120,12 @@ def _model(spec: ModelSpec) -> _Model:
     return m
 
 
-def _stage_counts(spec: ModelSpec, m: _Model, pp: int, stage: int) -> tuple[int, int]:
-    """(dense layers, MoE layers) of a pipeline stage (Megatron/torchtitan even split)."""
-    key = (pp, stage)
+def _stage_counts(spec: ModelSpec, m: _Model, s: TrainingSetup, stage: int) -> tuple[int, int]:
+    """(dense layers, MoE layers) of a pipeline stage (the setup's split: Megatron/torchtitan even by default)."""
+    key = (s.pp, s.stage_layers, stage)
     hit = m.stage_cache.get(key)
     if hit is None:
-        rng = stage_layers(spec.num_layers, pp, stage)
+        rng = layers_of_stage(spec, s, stage)
         n_moe = sum(1 for i in rng if i in m.moe_layers)
         hit = (len(rng) - n_moe, n_moe)
         m.stage_cache[key] = hit
@@ -141,7 +141,7 @@ def _ctx(spec: ModelSpec, s: TrainingSetup, dev: Device) -> Ctx:
     return Ctx(dev=dev, mm=mm, c=c, r=residual_bytes(s), style="fused" if s.engine == "megatron" else "hf",
                attn="eager" if eager else attention_kernel(dev, s.engine), b=s.micro_batch, s=s.seq_len,
                tokens=s.micro_batch * s.seq_len // s.cp, tp=s.tp, sp=bool(s.sp), ep=s.ep, amp=is_amp(s),
-               fp8_recipe=(s.fp8_backend or "torchao") if mm == "fp8" else "",
+               fp8_recipe=(s.fp8_backend or ("te" if s.engine == "megatron" else "torchao")) if mm == "fp8" else "",
                lora_targets=targets, lora_rank=s.lora_rank, qlora=s.qlora, cp=s.cp)
 
 
@@ -169,12 +169,12 @@ def _phases(spec: ModelSpec, m: _Model, ctx: Ctx, s: TrainingSetup) -> tuple[Pha
 def _rank_counts(spec: ModelSpec, s: TrainingSetup, stage: int) -> tuple[int, int, int, int, int]:
     """(dense trainable in layers, expert trainable, edge trainable (embedding/head/norm), layers, all
     trainable) of one rank of ``stage`` before ZeRO/FSDP sharding (trainmem.memory.states.rank_params)."""
-    key = (id(spec), s.tp, s.pp, s.ep, stage, s.lora_rank, s.lora_targets, s.qlora)
+    key = (id(spec), s.tp, s.pp, s.stage_layers, s.ep, stage, s.lora_rank, s.lora_targets, s.qlora)
     hit = _RANKS.get(key)
     if hit is not None and hit[0] is spec:
         return hit[1]
     rp = rank_params(spec, s, stage)
-    layers = stage_layers(spec.num_layers, s.pp, stage)
+    layers = layers_of_stage(spec, s, stage)
     experts = 0 if s.is_lora else sum(spec.params.layers[i].experts for i in layers) // s.ep // s.tp
     in_layers = rp.trainable if s.is_lora else sum(rp.layers)
     edge = 0 if s.is_lora else rp.trainable - sum(rp.layers)
@@ -300,7 +300,7 @@ def _torch_cp_seconds(spec: ModelSpec, s: TrainingSetup, ctx: Ctx, grp: GPUGroup
 def _stage(spec: ModelSpec, m: _Model, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, stage: int,
            counts: tuple[int, int] | None = None) -> _Stage:
     dense, moe, head, emb = _phases(spec, m, ctx, s)
-    n_dense, n_moe = counts if counts is not None else _stage_counts(spec, m, s.pp, stage)
+    n_dense, n_moe = counts if counts is not None else _stage_counts(spec, m, s, stage)
     fwd = n_dense * dense.fwd + n_moe * moe.fwd
     bwd = n_dense * dense.bwd + n_moe * moe.bwd
     rec = n_dense * _recompute_seconds(s, dense) + n_moe * _recompute_seconds(s, moe)
@@ -324,11 +324,11 @@ class _Entry:
     __slots__ = ("spec", "grp", "st", "ctx", "m", "counts", "flops_per_token", "peak", "cast", "pb", "gb",
                  "state", "notes", "hops")
 
-    def __init__(self, spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> None:
+    def __init__(self, spec: ModelSpec, s: TrainingSetup, grp: GPUGroup, stage: int | None = None) -> None:
         self.spec, self.grp = spec, grp
         self.st, self.ctx, self.m = _stages_uncached(spec, s, grp)
         ctx, m = self.ctx, self.m
-        self.counts = _rank_counts(spec, s, 0)
+        self.counts = _sync_counts(spec, s, stage)
         keys = min(s.seq_len, m.window) if m.window else s.seq_len
         self.flops_per_token = 6.0 * m.matmul_per_token + 3.0 * spec.num_layers * m.attn_per_token_per_key * keys
         self.peak = {"fp8": ctx.dev.peak8_flops, "fp32": ctx.dev.peak32_flops}.get(ctx.mm, ctx.dev.peak16_flops)
@@ -343,14 +343,26 @@ class _Entry:
 _ENTRIES: dict[tuple, _Entry] = {}
 
 
-def _entry(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> _Entry:
-    """The memoised stage entry of a setup (keyed on the knobs a stage's time depends on)."""
-    key = (id(spec), id(grp), s.engine, s.precision, s.attn, s.micro_batch, s.seq_len, s.cp, s.tp, s.sp, s.ep,
-           s.pp, s.recompute, s.loss, s.lora_rank, s.lora_targets, s.qlora)
+def _sync_counts(spec: ModelSpec, s: TrainingSetup, stage: int | None) -> tuple[int, int, int, int, int]:
+    """The rank whose data-parallel sync and optimizer step the step waits for: ``stage``'s, else stage 0's
+    (the even split's most parameters: the embedding) or, of an explicit ``stage_layers`` split, the stage
+    with the most trainable parameters."""
+    if stage is not None:
+        return _rank_counts(spec, s, stage)
+    if not s.stage_layers:
+        return _rank_counts(spec, s, 0)
+    return max((_rank_counts(spec, s, j) for j in range(s.pp)), key=lambda c: c[4])
+
+
+def _entry(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup, stage: int | None = None) -> _Entry:
+    """The memoised stage entry of a setup (keyed on the knobs a stage's time depends on); ``stage``: whose
+    parameters the sync and optimizer figures count (default :func:`_sync_counts`)."""
+    key = (id(spec), id(grp), s.engine, s.precision, s.fp8_backend, s.attn, s.micro_batch, s.seq_len, s.cp, s.tp,
+           s.sp, s.ep, s.pp, s.stage_layers, s.recompute, s.loss, s.lora_rank, s.lora_targets, s.qlora, stage)
     e = _ENTRIES.get(key)
     if e is not None and e.spec is spec and e.grp is grp:
         return e
-    e = _Entry(spec, s, grp)
+    e = _Entry(spec, s, grp, stage)
     if len(_ENTRIES) > 65536:
         _ENTRIES.clear()
     _ENTRIES[key] = e
@@ -364,16 +376,16 @@ def _stages(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> tuple[_Stage, C
 
 
 def _stages_uncached(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> tuple[_Stage, Ctx, _Model]:
-    """The slowest pipeline stage (the first or the last: stages differ by the embedding, the head and at
-    most one layer), its context and the model."""
+    """The slowest pipeline stage (of the even split the first or the last: stages differ by the embedding,
+    the head and at most one layer; of an explicit ``stage_layers`` split any stage), its context and the model."""
     dev = device_of(grp.gpu)
     ctx = _ctx(spec, s, dev)
     m = _model(spec)
     first = _stage(spec, m, s, ctx, grp, 0)
     if s.pp == 1:
         return first, ctx, m
-    last = _stage(spec, m, s, ctx, grp, s.pp - 1)
-    return (first if first.total >= last.total else last), ctx, m
+    others = range(1, s.pp) if s.stage_layers else (s.pp - 1,)
+    return max([first, *(_stage(spec, m, s, ctx, grp, j) for j in others)], key=lambda st: st.total), ctx, m
 
 
 def _comm_bytes(s: TrainingSetup, ctx: Ctx) -> tuple[int, int]:
@@ -594,21 +606,24 @@ def microbatch_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup) -
     return _stages(spec, setup, group)[0].total
 
 
-def grad_sync_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup, link: Link | None = None) -> float:
+def grad_sync_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup, link: Link | None = None,
+                      stage: int | None = None) -> float:
     """Exposed DP/ZeRO/FSDP gradient and parameter sync per step (``breakdown["dp_comm"]``); ``link``
-    replaces both of the group's links (a slower link between the GPU groups of a mixed pool)."""
+    replaces both of the group's links (a slower link between the GPU groups of a mixed pool); ``stage``: the
+    sync of that pipeline stage's parameters (default: the one the step waits for)."""
     if setup.megatron_deepspeed:  # DeepSpeed's sync runs after the flush over the group's own links
         grp = group if link is None else replace(group, intra=link, inter=link)
-        return _ds_pipe(setup, _entry(spec, setup, grp)).dp_comm
-    e = _entry(spec, setup, group)
+        return _ds_pipe(setup, _entry(spec, setup, grp, stage)).dp_comm
+    e = _entry(spec, setup, group, stage)
     if link is None:
         return dp_sync_seconds(_sync_inputs(setup, e), group.intra, group.inter)
     return dp_sync_seconds(_sync_inputs(setup, e), link, link)
 
 
-def optimizer_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup) -> float:
-    """The optimizer step: on the GPU (memory-bound), or, offloaded, its PCIe traffic and CPU time."""
-    e = _entry(spec, setup, group)
+def optimizer_seconds(spec: ModelSpec, setup: TrainingSetup, group: GPUGroup, stage: int | None = None) -> float:
+    """The optimizer step: on the GPU (memory-bound), or, offloaded, its PCIe traffic and CPU time (of
+    ``stage``'s parameters, default: the stage the step waits for)."""
+    e = _entry(spec, setup, group, stage)
     if setup.megatron_deepspeed:
         ds = _ds_pipe(setup, e)
         gpu, off = _optimizer_and_offload(setup, e, ds.dp_comm)

@@ -40,13 +40,13 @@ def local_layer_params(spec: ModelSpec, k: Knobs) -> int:
 
 
 def stage_layer_params(spec: ModelSpec, k: Knobs, stage: int = 0) -> int:
-    """Layer parameters of one rank of pipeline ``stage`` (the estimator's even split,
-    ``trainmem.memory.states.stage_layers``), never above what ``rank_params`` counts for it."""
-    key = (id(spec), k.tp, k.pp, k.ep, stage)
+    """Layer parameters of one rank of pipeline ``stage`` (the configuration's split,
+    ``trainmem.plan.space.knob_stage_layers``), never above what ``rank_params`` counts for it."""
+    key = (id(spec), k.engine, k.tp, k.pp, k.vpp, k.ep, stage)
     got = _STAGE.get(key)
     if got is None or got[0] is not spec:
-        from trainmem.memory.states import stage_layers
-        layers = [spec.params.layers[i] for i in stage_layers(spec.num_layers, k.pp, stage)]
+        from trainmem.plan.space import knob_stage_layers
+        layers = [spec.params.layers[i] for i in knob_stage_layers(spec, k, stage)]
         n = sum((lp.total - lp.experts) // k.tp + lp.experts // (k.tp * k.ep) for lp in layers)
         got = (spec, n)
         _STAGE[key] = got

@@ -111,6 +111,8 @@ def _model_parallel(s: TrainingSetup) -> Iterator[Option]:
 def _changed(s: TrainingSetup, changes: dict[str, object]) -> TrainingSetup:
     fields = s.model_dump(exclude={"notes"})
     fields.update(changes)
+    if "pp" in changes:  # another pipeline depth: the even split of its own (a given split was for this pp)
+        fields["stage_layers"] = None
     if "pp" in changes and "grad_accum" in changes:  # keep the global batch: fewer dp ranks, more micro-batches
         dp_new = s.gpus // (int(fields["tp"]) * int(fields["pp"]) * s.cp)
         fields["grad_accum"] = max(1, s.global_batch // (dp_new * s.micro_batch))

@@ -115,7 +115,8 @@ class Plan:
 
     def _layout_dict(self) -> dict:
         if self.layout is None:
-            return {}
+            split = self.shares[0].setup.stage_layers
+            return {"layers_per_stage": list(split)} if split else {}
         lo = self.layout
         return {"layers_per_stage": list(lo.layers_per_stage), "stage_types": list(lo.stage_types),
                 "stage_seconds": list(lo.stage_seconds), "even_split_stage_seconds": lo.even_seconds}

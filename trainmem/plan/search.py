@@ -41,8 +41,8 @@ from trainmem.perf import StepTime, microbatch_seconds, step_time
 from trainmem.perf.step import step_overhead_seconds
 from trainmem.plan.bounds import logits_bytes, resident_bytes, stage_layer_params, states_lower_bound_bytes
 from trainmem.plan.result import GroupShare, Plan, PlanResult
-from trainmem.plan.space import (ENGINES, KNOB_KEYS, Knobs, SpaceLimits, configurations, engine_precision, savers,
-                                 with_knobs)
+from trainmem.plan.space import (ENGINES, KNOB_KEYS, Knobs, SpaceLimits, configurations, engine_precision,
+                                 knob_stage_layers, savers, with_knobs)
 from trainmem.plan.view import SetupView
 from trainmem.setup import TrainingSetup, make_setup
 
@@ -101,7 +101,7 @@ class GroupSearch:
 
     # -- building blocks ------------------------------------------------------------------------
     def fields(self, k: Knobs) -> dict[str, object]:
-        return {**k.setup_fields(), **self.req.setup_extra, "seq_len": self.req.seq_len,
+        return {**k.setup_fields(self.req.spec), **self.req.setup_extra, "seq_len": self.req.seq_len,
                 "gpu": self.group.gpu.name, "precision": engine_precision(k.engine, self.family)}
 
     def setup(self, k: Knobs) -> TrainingSetup | None:
@@ -265,9 +265,8 @@ class GroupSearch:
         key = (k.engine, k.tp, k.cp, k.ep, k.recompute, k.pp, stage)
         got = self._act.get(key)
         if got is None:
-            from trainmem.memory.states import stage_layers
             per_layer = self._saved_per_layer(k)
-            got = int(sum(per_layer[i] for i in stage_layers(len(per_layer), k.pp, stage)) * 0.98)
+            got = int(sum(per_layer[i] for i in knob_stage_layers(self.req.spec, k, stage)) * 0.98)
             self._act[key] = got
         return got
 

@@ -9,7 +9,9 @@ run and the estimator can validate, for a global batch that is preserved exactly
 - tensor parallelism stays inside one node (``tp ≤ gpus_per_node`` and divides it), and divides the
   attention heads (and the kv heads, or is divided by them);
 - pipeline stages may be uneven (Megatron's ``--decoder-first/last-pipeline-num-layers``,
-  torchtitan's split points): any ``pp ≤ num_layers``; interleaving needs ``num_layers % (pp·vpp) == 0``;
+  torchtitan's split points): any ``pp ≤ num_layers``; interleaving needs ``num_layers % (pp·vpp) == 0``,
+  or, under Megatron, ``(num_layers + 2) % (pp·vpp) == 0`` with the embedding and the loss counted as layers
+  (``--account-for-embedding/loss-in-pipeline-split``, :func:`knob_split`);
 - context parallelism in powers of two up to 32, ``seq_len % (2·cp) == 0``;
 - expert parallelism (MoE only) divides the experts and ``dp·cp·tp``;
 - Megatron and FSDP2 run TP with sequence parallelism (Megatron ``--sequence-parallel``; torchtitan's
@@ -22,10 +24,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from trainmem.errors import ConfigError
+from trainmem.memory.states import account_split, stage_layers, stage_ranges
 from trainmem.model.spec import ModelSpec
 
 __all__ = ["Knobs", "KNOB_KEYS", "SpaceLimits", "configurations", "divisors", "engine_precision", "parse_fix", "is_root",
-           "savers", "with_knobs", "ENGINES"]
+           "savers", "with_knobs", "knob_split", "knob_stage_layers", "ENGINES"]
 
 ENGINES = ("megatron", "fsdp2", "deepspeed", "torch")
 KNOB_KEYS = ("engine", "dp", "tp", "pp", "vpp", "cp", "ep", "zero", "recompute", "offload", "micro_batch",
@@ -60,13 +63,34 @@ class Knobs:
         grows with the micro-batch and with less recompute (``tests/memory/test_properties.py``)."""
         return (self.engine, self.dp, self.tp, self.pp, self.vpp, self.cp, self.ep, self.zero, self.offload)
 
-    def setup_fields(self) -> dict[str, object]:
+    def setup_fields(self, spec: ModelSpec) -> dict[str, object]:
+        """The TrainingSetup fields of this configuration of ``spec`` (its layer split: :func:`knob_split`)."""
         d = {"engine": self.engine, "dp": self.dp, "tp": self.tp, "pp": self.pp, "vpp": self.vpp, "cp": self.cp,
              "ep": self.ep, "zero": self.zero, "recompute": self.recompute, "offload": self.offload,
-             "micro_batch": self.micro_batch, "grad_accum": self.grad_accum, "gpus": self.gpus}
+             "micro_batch": self.micro_batch, "grad_accum": self.grad_accum, "gpus": self.gpus,
+             "stage_layers": knob_split(spec, self)}
         if self.tp > 1 and self.engine == "megatron":
             d["sp"] = True
         return d
+
+
+def knob_split(spec: ModelSpec, k: Knobs) -> tuple[int, ...] | None:
+    """The explicit layer split a configuration runs (``TrainingSetup.stage_layers``), None for the even one.
+    Megatron's account-for-embedding/loss split where the even split is not Megatron's to run: interleaving
+    that does not divide the layers (Megatron-Bridge's Llama-3.1-405B recipe: 126 layers, pp 8, vpp 8), or a
+    remainder other than 1 or pp − 1 (which ``--decoder-first/last-pipeline-num-layers`` express)."""
+    L = spec.num_layers
+    if k.engine != "megatron" or k.pp == 1 or L % (k.pp * k.vpp) == 0:
+        return None
+    if k.vpp == 1 and L % k.pp in (1, k.pp - 1):
+        return None
+    return account_split(L, k.pp, k.vpp)
+
+
+def knob_stage_layers(spec: ModelSpec, k: Knobs, stage: int) -> range:
+    """The decoder layers of pipeline ``stage`` under ``k`` (its :func:`knob_split`, else the even split)."""
+    split = knob_split(spec, k)
+    return stage_ranges(split)[stage] if split else stage_layers(spec.num_layers, k.pp, stage)
 
 
 def with_knobs(k: Knobs, **changes: object) -> Knobs:
@@ -165,7 +189,8 @@ def _parallel_shapes(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engine: str
                 dp = lim.gpus // (tp * pp * cp)
                 if "dp" in fixed and fixed["dp"] != dp:
                     continue
-                vpps = [v for v in range(1, _MAX_VPP + 1) if v == 1 or spec.num_layers % (pp * v) == 0] if pp > 1 else [1]
+                vpps = [v for v in range(1, _MAX_VPP + 1)
+                        if v == 1 or spec.num_layers % (pp * v) == 0 or account_split(spec.num_layers, pp, v)] if pp > 1 else [1]
                 if engine != "megatron":
                     vpps = [1]  # interleaving is modelled for Megatron's schedule only
                 for vpp in _allowed(fixed, "vpp", vpps):

@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Protocol
 
@@ -52,7 +52,7 @@ from trainmem.plan.search import GroupSearch, PlanRequest, fits_with_margin
 from trainmem.plan.space import Knobs, SpaceLimits, configurations, divisors, engine_precision, savers, with_knobs
 from trainmem.setup import TrainingSetup
 
-__all__ = ["StageLayout", "staged_plans", "stage_spec", "stage_estimate", "stage_ranges", "megatron_split"]
+__all__ = ["StageLayout", "staged_plans", "stage_estimate", "stage_ranges", "megatron_split"]
 
 _ENGINES = ("megatron", "fsdp2")
 _PARTS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm")
@@ -94,9 +94,6 @@ class StageLayout:
 
 
 # --------------------------------------------------------------------------- one stage for the estimator
-_SPECS: dict[tuple, tuple[ModelSpec, ModelSpec]] = {}
-
-
 _UNIFORM: dict[int, tuple[ModelSpec, bool]] = {}
 
 
@@ -112,30 +109,10 @@ def _uniform_layers(spec: ModelSpec) -> bool:
     return got[1]
 
 
-def stage_spec(spec: ModelSpec, pp: int, layers: range) -> ModelSpec:
-    """A model whose even split over ``pp`` stages puts ``spec``'s ``layers`` on every stage: the
-    estimator's view of one stage of an uneven split (its walk, parameters and in-flight micro-batches
-    depend only on the stage's own layers and index; ``trainmem/memory/states.py`` ``rank_params``)."""
-    if _uniform_layers(spec):
-        layers = range(0, len(layers))  # any block of the same length is the same stage
-    key = (id(spec), pp, layers.start, layers.stop)
-    got = _SPECS.get(key)
-    if got is not None and got[0] is spec:
-        return got[1]
-    n, moe = len(layers), set(spec.moe_layer_indices)
-    block = spec.params.layers[layers.start:layers.stop]
-    out = replace(spec, num_layers=pp * n, params=replace(spec.params, layers=tuple(block) * pp),
-                  moe_layer_indices=tuple(i * n + t for i in range(pp) for t in range(n) if layers.start + t in moe))
-    if len(_SPECS) > 4096:
-        _SPECS.clear()
-    _SPECS[key] = (spec, out)
-    return out
-
-
 def stage_estimate(spec: ModelSpec, setup: TrainingSetup, layers_per_stage: Sequence[int], stage: int) -> MemoryEstimate:
-    """The estimator's peak of pipeline ``stage`` of an uneven split (``setup.pp == len(layers_per_stage)``)."""
-    r = stage_ranges(layers_per_stage)[stage]
-    return estimate(stage_spec(spec, len(layers_per_stage), r), setup, stages=(stage,))
+    """The estimator's peak of pipeline ``stage`` of an uneven split (``setup.pp == len(layers_per_stage)``):
+    the setup with that split as its ``stage_layers``."""
+    return estimate(spec, setup.model_copy(update={"stage_layers": tuple(layers_per_stage)}), stages=(stage,))
 
 
 # --------------------------------------------------------------------------- the space
@@ -372,16 +349,16 @@ class _Staged:
         """The slowest type's data-parallel sync and optimizer step: each type's for its first stage (the
         perf model's, on that stage's model; the stages sync at once and the step waits for the last)."""
         lps = [n for n, s in zip(split, c.stages) for _ in range(s)]
-        ranges = stage_ranges(lps)
         sync = opt = 0.0
         for i, gi in enumerate(c.groups):
-            r = ranges[c.first_stage(i)]
-            key = (gi, c.knobs, r.start if not self.uniform else 0, len(r))
+            key = (gi, c.knobs, tuple(lps), c.first_stage(i))
             got = self._sync.get(key)
             if got is None:
                 gs = self.searches[gi]
-                spec_j, view = stage_spec(self.req.spec, c.knobs.pp, r), gs.view(c.knobs)
-                got = self._sync[key] = (grad_sync_seconds(spec_j, view, gs.group), optimizer_seconds(spec_j, view, gs.group))
+                view = gs.view(c.knobs).replace(stage_layers=tuple(lps))
+                j = c.first_stage(i)
+                got = self._sync[key] = (grad_sync_seconds(self.req.spec, view, gs.group, stage=j),
+                                         optimizer_seconds(self.req.spec, view, gs.group, stage=j))
             sync, opt = max(sync, got[0]), max(opt, got[1])
         return sync, opt
 

@@ -25,6 +25,10 @@ class SetupView:
     def __setattr__(self, name: str, value: object) -> None:  # read-only, like the frozen setup
         raise AttributeError("SetupView is read-only")
 
+    def replace(self, **fields: object) -> "SetupView":
+        """A view with ``fields`` changed (as ``TrainingSetup.model_copy(update=...)``)."""
+        return SetupView(**{**self.__dict__, **fields})
+
     tokens_per_micro_batch = TrainingSetup.tokens_per_micro_batch
     global_batch = TrainingSetup.global_batch
     fsdp_applied = TrainingSetup.fsdp_applied

@@ -25,6 +25,10 @@ def _both(n: int) -> tuple[str, str]:
 def _setup_line(setup: TrainingSetup) -> str:
     s = setup
     par = f"gpus={s.gpus} dp={s.dp} tp={s.tp} pp={s.pp} cp={s.cp} ep={s.ep}" + (" sp" if s.sp else "")
+    if s.vpp > 1:
+        par += f" vpp={s.vpp}"
+    if s.stage_layers:
+        par += " stage_layers=" + ",".join(map(str, s.stage_layers))
     extra = f" lora r={s.lora_rank}" + (" qlora" if s.qlora else "") if s.is_lora else ""
     return (f"engine={s.engine} precision={s.precision} optimizer={s.optimizer} zero={s.zero} "
             f"offload={s.offload} seq={s.seq_len} mb={s.micro_batch} ga={s.grad_accum} "

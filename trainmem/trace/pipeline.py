@@ -1,7 +1,7 @@
 """One pipeline stage, traced: the stage's slice of the real model and its 1F1B micro-batches.
 
-A stage of ``p`` holds layers ``stage_layers(L, p, i)`` (Megatron/torchtitan's even split, the remainder
-on the first stages); the first stage also holds the embedding, the last the final norm, the LM head and
+A stage of ``p`` holds layers ``layers_of_stage`` (the setup's ``stage_layers``, else Megatron/torchtitan's
+even split with the remainder on the first stages); the first stage also holds the embedding, the last the final norm, the LM head and
 the loss (torchtitan ``pipeline_module_split``: the untied head on the last stage). Stage ``i`` runs
 1F1B with ``min(p − i, m)`` micro-batches in flight: their forwards fill the pipeline, each keeping
 its output for the backward, then each backward receives the output's gradient from the next stage
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import nn
 
-from trainmem.memory.states import stage_layers
+from trainmem.memory.states import layers_of_stage
 
 if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
@@ -42,7 +42,7 @@ def unsupported(spec: "ModelSpec", setup: "TrainingSetup") -> str | None:
 
 def stage_spec(spec: "ModelSpec", setup: "TrainingSetup", stage: int) -> "ModelSpec":
     """The spec whose model is stage ``stage``'s slice: its number of layers."""
-    n = len(stage_layers(spec.num_layers, setup.pp, stage))
+    n = len(layers_of_stage(spec, setup, stage))
     return dataclasses.replace(spec, hf_config={**spec.hf_config, "num_hidden_layers": n})
 
 

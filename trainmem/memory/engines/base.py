@@ -57,11 +57,11 @@ def lora_base(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str
 
 def local_experts(spec: ModelSpec, s: TrainingSetup, rp: RankParams) -> int:
     """Routed-expert parameters held by this rank (its pipeline stage, ÷ ep, ÷ tp); 0 for LoRA."""
-    from trainmem.memory.states import stage_layers
+    from trainmem.memory.states import layers_of_stage
 
     if s.is_lora or not spec.is_moe:
         return 0
-    return sum(spec.params.layers[i].experts // s.ep // s.tp for i in stage_layers(spec.num_layers, s.pp, rp.stage))
+    return sum(spec.params.layers[i].experts // s.ep // s.tp for i in layers_of_stage(spec, s, rp.stage))
 
 
 def zero_shard_elems(n: int, experts: int, shard: int, ep: int) -> int:
