@@ -91,9 +91,6 @@ EXCLUDED: dict[str, str] = {
     "32 layers (recompute_method block), which 'none/selective/full' cannot express",
     "tt-70b-fsdp32-tp8-asynctp": "AsyncTP (torchtitan enable_async_tensor_parallel) is no TrainingSetup knob: "
     "the model exposes torchtitan's TP collectives, so this row can only repeat the plain-TP prediction",
-    "tt-405b-fsdp8-tp8-pp8-interleaved": "Interleaved 1F1B at torchtitan 9dec370 defaults to 2 stages per rank "
-    "(pipelining_utils.generate_split_points): 126 layers over 16 uneven stages, which a TrainingSetup "
-    "(layers divisible by pp·vpp) cannot express",
 }
 
 
@@ -295,6 +292,22 @@ def _batches(p: dict, engine: str, dp: int, flags: list[str], how: list[str]) ->
     return mb, ga
 
 
+def torchtitan_default_split(num_layers: int, pp: int, stages_per_rank: int) -> tuple[int, ...]:
+    """Decoder layers per pipeline rank of torchtitan's default split (9dec370,
+    torchtitan/parallelisms/pipelining_utils.py ``generate_split_points``: pp·stages_per_rank stages, the first
+    ``num_layers // stages`` layers, the middle ones one more while the remainder lasts, the last what is left;
+    ``stage_ids_this_rank`` "loop" style: rank r holds stages r, r + pp, ...). 126 layers, pp 8, 2 stages a rank:
+    stages 7, 8 × 14, 7 → ranks 15, 16 × 6, 15."""
+    total = pp * stages_per_rank
+    base, extra = divmod(num_layers, total)
+    sizes = [base]
+    for _ in range(1, total - 1):
+        sizes.append(base + (1 if extra > 0 else 0))
+        extra -= 1 if extra > 0 else 0
+    sizes.append(num_layers - sum(sizes))
+    return tuple(sum(sizes[r + s * pp] for s in range(stages_per_rank)) for r in range(pp))
+
+
 def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[str]) -> TrainingSetup:
     engine = _engine(p, how)
     tp, pp, cp, ep = (p.get(k) or 1 for k in ("tp", "pp", "cp", "ep"))
@@ -332,6 +345,9 @@ def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[
             how.append("fp8 parameters (recipe: fp8_param_gather true)")
     if engine == "fsdp2" and tp > 1 and sp is False:
         fields["no_sp"] = True
+    if p.get("pipeline_split") == "torchtitan-default":
+        fields["stage_layers"] = torchtitan_default_split(spec.num_layers, pp, p.get("vpp") or 1)
+        how.append(f"pipeline split: torchtitan's generated split points, {list(fields['stage_layers'])} a rank")
     if p.get("pipeline_split") == "account-for-embedding-loss":
         # Megatron's --account-for-embedding/loss-in-pipeline-split (the point's notes cite the recipe)
         from trainmem.memory.states import account_split
@@ -343,6 +359,10 @@ def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[
         # (the logits) from the forward through the backward (composer/trainer/trainer.py _train_microbatch)
         fields.update(loss="fused-ce", loop="script")
         how.append("loss: flash-attn fused cross-entropy; Composer keeps the outputs through backward")
+        # scripts/train/benchmarking/submit_benchmarks.py --attn_impl defaults to triton (llm-foundry's vendored
+        # flash_attn_triton.py on triton_pre_mlir); the tables do not say another was used
+        fields["attn_kernel"] = "triton"
+        how.append("attention: flash-attn's Triton FlashAttention (attn_impl triton, the benchmark script's default)")
         if p["precision"] == "fp8":
             # submit_benchmarks.py sets fc_type te for amp_fp8: Transformer Engine te.Linear layers
             fields["fp8_backend"] = "te"

@@ -31,6 +31,8 @@ def test_defaults_table() -> None:
     (dict(engine="fsdp2", gpus=2, fp8_backend="te"), "--fp8-backend needs --precision fp8"),
     (dict(engine="megatron", precision="fp8", fp8_backend="torchao"), "Megatron's fp8 runs Transformer Engine"),
     (dict(loss="fused-ce", loss_chunks=4), "--loss-chunks needs --loss chunked or fused-linear"),
+    (dict(attn="eager", attn_kernel="fa3"), "--attn-kernel fa3 is a fused 16-bit attention kernel"),
+    (dict(precision="fp32", attn_kernel="triton"), "not with --attn eager or fp32"),
     (dict(attn="flash", precision="fp32"), "flash attention needs 16-bit compute"),
     (dict(engine="deepspeed", offload="optimizer+params", zero=2, gpus=2), "needs zero 3, got zero(2)"),
     (dict(qlora=True), "--qlora needs --lora-rank > 0"),

@@ -16,6 +16,8 @@ micro_batch        1               sequences per micro-batch per data-parallel r
 grad_accum         1               micro-batches per optimizer step
 recompute          none            none | selective | full
 attn               sdpa            sdpa | flash | eager
+attn_kernel        engine default  step time only: the fused attention kernel, fa2 (torch SDPA, flash-attn 2) |
+                                   fa3 (FlashAttention-3 / cuDNN, Hopper+) | triton (flash-attn's Triton port)
 loop               trainer         trainer: the model output is dropped before backward (HF Trainer, TRL,
                                    torchtitan, Megatron); script: ``outputs`` is kept through backward
 loss               hf              hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) |
@@ -133,6 +135,12 @@ class TrainingSetup(BaseModel):
     fp8_params: bool = False
     """megatron fp8: the transformer layers' linear weights are stored as fp8 tensors (Megatron-LM
     ``--fp8-param-gather``, Megatron-Bridge ``fp8_param_gather``); needs the distributed optimizer."""
+    attn_kernel: Literal["fa2", "fa3", "triton"] | None = None
+    """Step time only: the fused attention kernel the run uses (default: Transformer Engine's cuDNN/FA3 kernels
+    under Megatron on Hopper and Blackwell, FlashAttention-2 — torch SDPA's flash backend, HF
+    ``flash_attention_2`` — elsewhere). ``fa3``: FlashAttention-3 (HF ``flash_attention_3``, Hopper and later);
+    ``triton``: flash-attn's Triton FlashAttention (llm-foundry ``attn_impl: triton``). Memory is the same as
+    for any flash kernel."""
     fp8_backend: Literal["torchao", "te"] | None = None
     """fp8 runs: whose linears cast to fp8. megatron: Transformer Engine (always); fsdp2: torchao's
     ``Float8Linear`` (torchtitan ``[float8]``, the default) or Transformer Engine's ``te.Linear`` swapped in for
@@ -219,6 +227,9 @@ class TrainingSetup(BaseModel):
             raise ValueError(f"seq_len({self.seq_len}) is not divisible by tp({self.tp}) with --sp")
         if self.attn == "flash" and p == "fp32":
             raise ValueError("flash attention needs 16-bit compute; fp32 cannot use --attn flash")
+        if self.attn_kernel is not None and (self.attn == "eager" or p == "fp32"):
+            raise ValueError(f"--attn-kernel {self.attn_kernel} is a fused 16-bit attention kernel; "
+                             f"not with --attn eager or fp32")
         if self.offload != "none":
             if e == "torch":
                 raise ValueError("offload needs an engine that does it: deepspeed (zero >= 1), fsdp2 or megatron")

@@ -102,3 +102,43 @@ def test_fp8_linear_speedup_against_torchao(m, k, n, published):
     # 12 %: GEMM_FIXED_SECONDS, fitted on bf16 GEMMs, is charged to the fp8 GEMMs alike, which pulls the
     # small shape's ratio towards 1 (0.89 predicted against 0.80 published)
     assert speedup == pytest.approx(published, rel=0.12)
+
+
+def test_attention_kernel_choice() -> None:
+    """--attn-kernel: FlashAttention-3 only from Hopper on; flash-attn's Triton port at half of FlashAttention-2
+    on the same GPU (its header: slightly slower than FlashAttention-1's CUDA; FlashAttention-2 ~2× that)."""
+    from trainmem.errors import ConfigError
+    from trainmem.perf.kernels import attention_kernel
+    a100 = device_of(get_gpu("A100-SXM-80G"))
+    assert attention_kernel(H100, "fsdp2") == "fa2-hopper" and attention_kernel(H100, "megatron") == "fa3"
+    assert attention_kernel(H100, "fsdp2", "fa3") == "fa3" and attention_kernel(H100, "megatron", "fa2") == "fa2-hopper"
+    assert attention_kernel(a100, "fsdp2", "triton") == "triton-fa2"
+    assert attention_kernel(H100, "fsdp2", "triton") == "triton-fa2-hopper"
+    with pytest.raises(ConfigError, match="FlashAttention-3 needs a Hopper or Blackwell GPU"):
+        attention_kernel(a100, "fsdp2", "fa3")
+    for fa2, triton in (("fa2", "triton-fa2"), ("fa2-hopper", "triton-fa2-hopper")):
+        for keys in (512, 8192):
+            assert attention_efficiency(triton, keys) == pytest.approx(attention_efficiency(fa2, keys) / 2)
+
+
+def test_attention_kernel_sets_the_attention_time_only() -> None:
+    """MPT-30B-shaped step at 8k on H100 (FSDP, full recompute): the Triton kernel's micro-batch costs exactly
+    one more FlashAttention-2 attention time (forward, recomputed forward and backward at half the efficiency),
+    and memory does not change."""
+    from trainmem.api import build
+    from trainmem.hardware.cluster import parse_cluster
+    from trainmem.memory import estimate
+    from trainmem.perf.kernels import attention_backward_seconds, attention_forward_seconds
+    from trainmem.perf.step import step_time
+    grp = parse_cluster("8xH100-SXM-80G").groups[0]
+    kw = dict(engine="fsdp2", gpus=8, seq_len=8192, recompute="full", precision="bf16")
+    spec, fa2 = build("llama-3.1-8b", **kw)
+    _, tri = build("llama-3.1-8b", attn_kernel="triton", **kw)
+    d = step_time(spec, tri, grp).microbatch_seconds - step_time(spec, fa2, grp).microbatch_seconds
+    peak = H100.peak16_flops * H100.sustained
+    s, a, hd = 8192, spec.num_attention_heads, spec.head_dim
+    causal = 2 * 2 * s * (s + 1) / 2 * a * hd        # QKᵀ and PV over the causal half, one sequence
+    one = 2 * attention_forward_seconds(causal, "fa2-hopper", (s + 1) / 2, peak) \
+        + attention_backward_seconds(causal, "fa2-hopper", (s + 1) / 2, peak)
+    assert d == pytest.approx(spec.num_layers * one, rel=0.02)
+    assert estimate(spec, tri).peak_allocated_bytes == estimate(spec, fa2).peak_allocated_bytes

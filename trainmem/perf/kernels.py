@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from trainmem.errors import ConfigError
 from trainmem.perf import calibration as cal
 from trainmem.perf.device import Device
 
@@ -56,11 +57,22 @@ def gemm_seconds(m: int, n: int, k: int, peak_flops: float, eff: float, hbm_byte
     return max(compute, memory, cal.KERNEL_FLOOR_SECONDS) + cal.GEMM_FIXED_SECONDS
 
 
-def attention_kernel(dev: Device, engine: str) -> str:
+def attention_kernel(dev: Device, engine: str, choice: str | None = None) -> str:
     """The fused attention kernel a setup runs: Transformer Engine (Megatron) on Hopper picks cuDNN's
     fused attention (FlashAttention-3 class); torch SDPA and HF ``flash_attention_2`` run
     FlashAttention-2 kernels (SDPA's default backend order is flash, efficient, math, cudnn:
-    ``torch._C._get_sdp_priority_order()`` in torch 2.13)."""
+    ``torch._C._get_sdp_priority_order()`` in torch 2.13). ``choice`` (``TrainingSetup.attn_kernel``) names
+    the kernel: ``fa2``, ``fa3`` (Hopper and Blackwell only: FlashAttention-3 targets sm90+), ``triton``
+    (flash-attn's Triton port)."""
+    if choice == "fa3":
+        if dev.arch not in ("hopper", "blackwell"):
+            raise ConfigError(f"--attn-kernel fa3: FlashAttention-3 needs a Hopper or Blackwell GPU, not {dev.name}")
+        return "fa3"
+    if choice in ("fa2", "triton"):
+        if dev.arch not in ("hopper", "ampere", "ada", "blackwell"):
+            return "other"
+        base = "fa2-hopper" if dev.arch == "hopper" else "fa2"
+        return base if choice == "fa2" else "triton-" + base
     if dev.arch == "hopper":
         return "fa3" if engine == "megatron" else "fa2-hopper"
     if dev.arch in ("ampere", "ada", "blackwell"):

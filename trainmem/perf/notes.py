@@ -17,6 +17,8 @@ _NOTE: dict[str, str] = {
     "fa2": "Attention runs FlashAttention-2 kernels (the flash backend of torch SDPA) on the causal half of the "
            "score matrix.",
     "other": "Attention runs a memory-efficient fused kernel at an assumed 35 % of the 16-bit peak.",
+    "triton": "Attention runs flash-attn's Triton FlashAttention (llm-foundry attn_impl triton) at half of "
+              "FlashAttention-2's efficiency on the causal half of the score matrix.",
     "eager": "Eager attention: batched matmuls over the whole score matrix and an fp32 softmax.",
     "tp": "Tensor-parallel collectives are exposed (no async-TP or --tp-comm-overlap); with sequence parallelism "
           "their volume equals the all-reduce's.",

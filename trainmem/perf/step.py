@@ -139,7 +139,7 @@ def _ctx(spec: ModelSpec, s: TrainingSetup, dev: Device) -> Ctx:
     eager = s.attn == "eager" or sdpa_math_fallback(spec, s)
     targets = frozenset(s.lora_targets) if s.is_lora else frozenset()
     return Ctx(dev=dev, mm=mm, c=c, r=residual_bytes(s), style="fused" if s.engine == "megatron" else "hf",
-               attn="eager" if eager else attention_kernel(dev, s.engine), b=s.micro_batch, s=s.seq_len,
+               attn="eager" if eager else attention_kernel(dev, s.engine, s.attn_kernel), b=s.micro_batch, s=s.seq_len,
                tokens=s.micro_batch * s.seq_len // s.cp, tp=s.tp, sp=bool(s.sp), ep=s.ep, amp=is_amp(s),
                fp8_recipe=(s.fp8_backend or ("te" if s.engine == "megatron" else "torchao")) if mm == "fp8" else "",
                lora_targets=targets, lora_rank=s.lora_rank, qlora=s.qlora, cp=s.cp)
@@ -357,7 +357,7 @@ def _sync_counts(spec: ModelSpec, s: TrainingSetup, stage: int | None) -> tuple[
 def _entry(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup, stage: int | None = None) -> _Entry:
     """The memoised stage entry of a setup (keyed on the knobs a stage's time depends on); ``stage``: whose
     parameters the sync and optimizer figures count (default :func:`_sync_counts`)."""
-    key = (id(spec), id(grp), s.engine, s.precision, s.fp8_backend, s.attn, s.micro_batch, s.seq_len, s.cp, s.tp,
+    key = (id(spec), id(grp), s.engine, s.precision, s.fp8_backend, s.attn, s.attn_kernel, s.micro_batch, s.seq_len, s.cp, s.tp,
            s.sp, s.ep, s.pp, s.stage_layers, s.recompute, s.loss, s.lora_rank, s.lora_targets, s.qlora, stage)
     e = _ENTRIES.get(key)
     if e is not None and e.spec is spec and e.grp is grp:
@@ -529,7 +529,8 @@ def _notes_cached(engine: str, recompute: str, tp: bool, cp: bool, ep: bool, moe
                   style: str, fp8: str, amp: bool, offload: bool, lora: bool, qlora: bool, gpu: str,
                   measured: bool, fsdp: bool, tp_overlap: bool = False, multi: bool = True,
                   ds_pipe: bool = False) -> tuple[str, ...]:
-    keys = ["kernels", style, "fa2" if attn == "fa2-hopper" else attn, "placement", "step"]
+    keys = ["kernels", style, {"fa2-hopper": "fa2", "triton-fa2-hopper": "triton", "triton-fa2": "triton"}.get(attn, attn),
+            "placement", "step"]
     if multi:
         keys.append("contention")
     keys += [k for k, on in (("tp-overlap" if tp_overlap else "tp", tp), ("cp", cp), ("ep", ep), ("moe", moe),

@@ -25,6 +25,10 @@ EXACT: dict[str, str] = {
         "attention 使用 FlashAttention-2 kernel（torch SDPA 的 flash 后端），只计算 causal 掩码下的一半打分矩阵。",
     "Attention runs a memory-efficient fused kernel at an assumed 35 % of the 16-bit peak.":
         "attention 使用 memory-efficient 融合 kernel，假设达到 16 位峰值算力的 35 %。",
+    "Attention runs flash-attn's Triton FlashAttention (llm-foundry attn_impl triton) at half of "
+    "FlashAttention-2's efficiency on the causal half of the score matrix.":
+        "attention 使用 flash-attn 的 Triton 版 FlashAttention（llm-foundry 的 attn_impl triton），效率按 "
+        "FlashAttention-2 的一半计，只计算 causal 掩码下的一半打分矩阵。",
     "Eager attention: batched matmuls over the whole score matrix and an fp32 softmax.":
         "eager attention：在完整打分矩阵上做批量矩阵乘，softmax 以 fp32 计算。",
     "Tensor-parallel collectives are exposed (no async-TP or --tp-comm-overlap); with sequence parallelism "
