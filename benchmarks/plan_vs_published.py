@@ -46,6 +46,7 @@ Run:  python benchmarks/plan_vs_published.py             # complete points
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -73,7 +74,8 @@ from trainmem.setup import TrainingSetup, make_setup, validate_for_model  # noqa
 DATA = Path(__file__).resolve().parent / "published_throughput.json"
 TARGET_MEDIAN, TARGET_MAX = 0.10, 0.25
 
-__all__ = ["Row", "evaluate", "load_points", "main", "summary", "EXCLUDED", "calibrate"]
+__all__ = ["Row", "evaluate", "load_points", "main", "summary", "EXCLUDED", "calibrate", "calibrate_triton",
+           "foundry_row_points", "triton_fit_points"]
 
 #: Points whose published configuration cannot be expressed faithfully by a TrainingSetup: reported, but
 #: outside every statistic. (Points that fail to build at all — an architecture without a catalog entry or
@@ -362,6 +364,11 @@ def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[
         # scripts/train/benchmarking/submit_benchmarks.py --attn_impl defaults to triton (llm-foundry's vendored
         # flash_attn_triton.py on triton_pre_mlir); the tables do not say another was used
         fields["attn_kernel"] = "triton"
+        # Composer's FSDP default backward_prefetch BACKWARD_POST (composer/trainer/dist_strategy.py
+        # ``fsdp_config.get('backward_prefetch', 'BACKWARD_POST')``), FULL_SHARD
+        if fields.get("zero", 3) in (None, 3):
+            fields["backward_prefetch"] = "post"
+            how.append("FSDP1 BACKWARD_POST: backward all-gathers exposed (Composer's default)")
         how.append("attention: flash-attn's Triton FlashAttention (attn_impl triton, the benchmark script's default)")
         if p["precision"] == "fp8":
             # submit_benchmarks.py sets fc_type te for amp_fp8: Transformer Engine te.Linear layers
@@ -515,6 +522,55 @@ def calibrate(points: list[dict], sustained: tuple[float, ...] = tuple(x / 100 f
     return best[1], best[2], best[0]
 
 
+FOUNDRY_ROWS = Path(__file__).resolve().parent / "llm_foundry_h100_rows.json"
+
+
+def foundry_row_points(path: Path = FOUNDRY_ROWS) -> list[dict]:
+    """The llm-foundry H100 BF16 rows beside the published points (``llm_foundry_h100_rows.json``), as points
+    mapped like lf-h100-bf16-mpt30b-8gpu-8k (same table, Composer FSDP FULL_SHARD, amp_bf16)."""
+    data = json.loads(path.read_text())
+    base = next(p for p in load_points() if p["id"] == "lf-h100-bf16-mpt30b-8gpu-8k")
+    out = []
+    for m, s, g, mb, ga, ac, tput in data["rows"]:
+        h, layers, heads = data["mpt_shapes"][m]
+        p = copy.deepcopy(base)
+        p["id"] = f"lf-h100-bf16-mpt{m}-{g}gpu-{s}"
+        p["model"].update(name="MPT-" + m, hidden=h, layers=layers, heads=heads, kv_heads=heads, ffn=4 * h, seq_len=s)
+        p.update(seq_len=s, gpus=g, dp=g, micro_batch=mb, global_batch=mb * ga * g, recompute="full" if ac else "none",
+                 measured={"tokens_per_second_per_gpu": {"value": float(tput), "unit": "T/s/GPU"}})
+        out.append(p)
+    return out
+
+
+def triton_fit_points() -> list[dict]:
+    """The rows TRITON_ATTENTION_FACTOR is fitted on: 760M-13B at 4k tokens and more (long enough for the
+    attention kernel to matter; the 30B 8-GPU rows are left out, see docs/performance.md)."""
+    return [p for p in foundry_row_points() if p["seq_len"] >= 4096 and p["model"]["hidden"] <= 5120]
+
+
+def calibrate_triton(factors: tuple[float, ...] = tuple(x / 100 for x in range(50, 81, 2))) -> tuple[float, float]:
+    """Grid search of TRITON_ATTENTION_FACTOR minimising the mean |ln ratio| over :func:`triton_fit_points`;
+    restores the module's value. Returns (factor, objective)."""
+    points = triton_fit_points()
+    saved = cal.TRITON_ATTENTION_FACTOR, dict(cal.ATTN_MAX_EFFICIENCY)
+    best: tuple[float, float] | None = None
+    try:
+        for f in factors:
+            for k in ("fa2", "fa2-hopper"):
+                cal.ATTN_MAX_EFFICIENCY["triton-" + k] = saved[1][k] * f
+            reset_caches()
+            score = _objective([evaluate(p, with_memory=False) for p in points])
+            if best is None or score < best[1] - 1e-12:
+                best = (f, score)
+    finally:
+        cal.TRITON_ATTENTION_FACTOR = saved[0]
+        cal.ATTN_MAX_EFFICIENCY.clear()
+        cal.ATTN_MAX_EFFICIENCY.update(saved[1])
+        reset_caches()
+    assert best is not None
+    return best
+
+
 # -- report ------------------------------------------------------------------------------------------
 def _fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:,.0f}"
@@ -591,8 +647,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", action="store_true", help="how each point was mapped and where its time goes")
     ap.add_argument("--with-plans", action="store_true", help="also the planner's best plan per point (slower)")
     ap.add_argument("--calibrate", action="store_true", help="re-fit the calibrated constants on the held-in points")
+    ap.add_argument("--calibrate-triton", action="store_true",
+                    help="re-fit TRITON_ATTENTION_FACTOR on the llm-foundry H100 rows (llm_foundry_h100_rows.json)")
+    ap.add_argument("--foundry-rows", action="store_true", help="the llm-foundry H100 rows beside the points")
     ap.add_argument("--only", default="", help="points whose id contains this string")
     args = ap.parse_args(argv)
+    if args.calibrate_triton:
+        f, score = calibrate_triton()
+        print(f"best: TRITON_ATTENTION_FACTOR = {f:g} (mean |ln ratio| {100 * score:.2f} % over "
+              f"{len(triton_fit_points())} rows)")
+        return 0
+    if args.foundry_rows:
+        rows = [evaluate(p) for p in foundry_row_points()]
+        print(render(rows, args.markdown, args.verbose))
+        return 0
     points = [p for p in load_points() if args.only in p["id"] and (args.all or p.get("complete"))]
     if args.calibrate:
         f, o, score = calibrate(load_points())

@@ -16,6 +16,8 @@ micro_batch        1               sequences per micro-batch per data-parallel r
 grad_accum         1               micro-batches per optimizer step
 recompute          none            none | selective | full
 attn               sdpa            sdpa | flash | eager
+backward_prefetch  pre             step time only, fsdp2 zero 3: pre (FSDP2; FSDP1 BACKWARD_PRE, Accelerate's default) |
+                                   post (FSDP1 BACKWARD_POST, Composer's default: backward all-gathers exposed)
 attn_kernel        engine default  step time only: the fused attention kernel, fa2 (torch SDPA, flash-attn 2) |
                                    fa3 (FlashAttention-3 / cuDNN, Hopper+) | triton (flash-attn's Triton port)
 loop               trainer         trainer: the model output is dropped before backward (HF Trainer, TRL,
@@ -135,6 +137,11 @@ class TrainingSetup(BaseModel):
     fp8_params: bool = False
     """megatron fp8: the transformer layers' linear weights are stored as fp8 tensors (Megatron-LM
     ``--fp8-param-gather``, Megatron-Bridge ``fp8_param_gather``); needs the distributed optimizer."""
+    backward_prefetch: Literal["pre", "post"] = "pre"
+    """Step time only, fsdp2 with zero 3: when a unit's backward all-gather is issued. ``pre``: before the current
+    unit's gradient computation, overlapping it (FSDP2's implicit prefetch; FSDP1 ``BACKWARD_PRE``, Accelerate's and
+    HF Trainer's default); ``post``: after it (FSDP1 ``BACKWARD_POST``, Composer's default), so each backward
+    all-gather is exposed. Memory is estimated as for ``pre`` (which holds the next unit too: an upper bound)."""
     attn_kernel: Literal["fa2", "fa3", "triton"] | None = None
     """Step time only: the fused attention kernel the run uses (default: Transformer Engine's cuDNN/FA3 kernels
     under Megatron on Hopper and Blackwell, FlashAttention-2 — torch SDPA's flash backend, HF
@@ -227,6 +234,9 @@ class TrainingSetup(BaseModel):
             raise ValueError(f"seq_len({self.seq_len}) is not divisible by tp({self.tp}) with --sp")
         if self.attn == "flash" and p == "fp32":
             raise ValueError("flash attention needs 16-bit compute; fp32 cannot use --attn flash")
+        if self.backward_prefetch == "post" and not (e == "fsdp2" and self.zero == 3):
+            raise ValueError("--backward-prefetch post is FSDP's BACKWARD_POST: it needs --engine fsdp2 with zero 3 "
+                             "(a backward all-gather to delay)")
         if self.attn_kernel is not None and (self.attn == "eager" or p == "fp32"):
             raise ValueError(f"--attn-kernel {self.attn_kernel} is a fused 16-bit attention kernel; "
                              f"not with --attn eager or fp32")

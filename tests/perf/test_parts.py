@@ -114,3 +114,19 @@ def test_the_step_overhead_is_charged_once_per_step():
     s8 = make_setup(engine="megatron", gpus=8, zero=1, seq_len=2048, grad_accum=8)
     o1, o8 = optimizer_seconds(SPEC, s1, group()), optimizer_seconds(SPEC, s8, group())
     assert o1 == pytest.approx(o8) and o1 > cal.STEP_OVERHEAD_SECONDS > 0
+
+
+def test_backward_post_exposes_every_backward_all_gather():
+    """FSDP1 BACKWARD_POST issues a unit's backward all-gather after the next unit's gradient computation: with
+    a backward long enough to hide everything under ``pre``, ``post`` adds each unit's all-gather exposed and
+    removes the contention it caused while hidden — 10 units of 1e8 bf16 parameters over 8 GPUs."""
+    from dataclasses import replace
+
+    from trainmem.perf.collectives import allgather_seconds
+    pre = _inputs("fsdp2", 3)
+    post = replace(pre, backward_prefetch="post")
+    ag = allgather_seconds(2 * 1_000_000_000 / 10, span(8, 1, 8), NVLINK, IB)
+    d = dp_sync_seconds(post, NVLINK, IB) - dp_sync_seconds(pre, NVLINK, IB)
+    assert d == pytest.approx(10 * ag * (1 - cal.OVERLAP_CONTENTION), rel=1e-6)
+    with pytest.raises(Exception, match="BACKWARD_POST"):
+        make_setup(engine="fsdp2", gpus=8, zero=2, backward_prefetch="post")

@@ -410,7 +410,8 @@ def _sync_inputs(s: TrainingSetup, e: _Entry) -> SyncInputs:
     fsdp_off = s.engine == "fsdp2" and not s.fsdp_applied
     return SyncInputs("none" if fsdp_off else s.engine, s.zero or 0, 1 if fsdp_off else s.dp, s.cp, s.tp, s.ep,
                       s.pp, e.grp.gpus_per_node, dense, experts, layers, edge, st.fwd + st.fwd_comm,
-                      st.bwd + st.recompute + (st.tp + st.cp + st.ep - st.fwd_comm), s.grad_accum, e.pb, e.gb)
+                      st.bwd + st.recompute + (st.tp + st.cp + st.ep - st.fwd_comm), s.grad_accum, e.pb, e.gb,
+                      s.backward_prefetch)
 
 
 def _owned_params(s: TrainingSetup, e: _Entry) -> float:

@@ -9,7 +9,11 @@ and what it overlaps with.
   (``mixed_precision_reduce = "float32"``) — torchtitan's accumulation loop never disables gradient sync
   (torchtitan/trainer.py ``train_step``). Implicit prefetch overlaps the next unit's all-gather with this
   unit's compute: exposed = the first all-gather + Σ max(0, comm − compute) per unit + the last
-  reduce-scatter. Under pipeline parallelism torch.distributed.pipelining keeps parameters unsharded and
+  reduce-scatter. FSDP1 with ``BackwardPrefetch.BACKWARD_POST`` (Composer's default, ``backward_prefetch``
+  in composer/trainer/dist_strategy.py) issues a unit's backward all-gather only after the next unit's gradient
+  computation: "less overlap" (torch FSDP ``BackwardPrefetch`` docs) — each backward all-gather is exposed, the
+  reduce-scatter still overlaps the next gradient computation (``backward_prefetch`` "post").
+  Under pipeline parallelism torch.distributed.pipelining keeps parameters unsharded and
   defers the reduce-scatter to one ``perform_reduce_grad`` after the last backward (stage.py
   ``backward_maybe_with_nosync``).
 - deepspeed: ``overlap_comm`` defaults to False for ZeRO-0/1/2 and True for ZeRO-3
@@ -75,6 +79,9 @@ class SyncInputs:
     """Bytes of a parameter as all-gathered (16-bit param_dtype, or 4 for fp32)."""
     grad_bytes: int
     """Bytes of a gradient as reduced."""
+    backward_prefetch: str = "pre"
+    """FSDP's backward all-gather: ``pre`` (FSDP2, FSDP1 BACKWARD_PRE) prefetched under the current unit's
+    gradient computation; ``post`` (FSDP1 BACKWARD_POST) issued after it, exposed."""
 
 
 class _Net:
@@ -111,8 +118,11 @@ def _unit_overlap(x: SyncInputs, nt: _Net, gather_bwd: bool, reduce: bool) -> tu
     edge_ag = _t(nt.ag, x.param_bytes * x.edge_params)
     edge_rs = _t(nt.ag, x.grad_bytes * x.edge_params) if reduce else 0.0
     f_unit, b_unit = x.fwd_mb / units, x.bwd_mb / units
-    b_comm = (ag if gather_bwd else 0.0) + rs
     fwd = edge_ag + ag + (units - 1) * (max(0.0, ag - f_unit) + contention_seconds(ag, f_unit))
+    if gather_bwd and x.backward_prefetch == "post":  # the all-gather waits for the previous unit's backward
+        bwd = units * (ag + max(0.0, rs - b_unit) + contention_seconds(rs, b_unit)) + max(edge_rs, rs)
+        return fwd, bwd
+    b_comm = (ag if gather_bwd else 0.0) + rs
     bwd = units * (max(0.0, b_comm - b_unit) + contention_seconds(b_comm, b_unit)) + max(edge_rs, rs)
     return fwd, bwd
 

@@ -42,6 +42,8 @@ EXACT: dict[str, str] = {
         "显存按 amp-bf16 计；每个线性层为反向保存一份 fp8 输入（每元素 1 B），以及未分片权重的 fp8 副本和转置"
         "（每个权重 2 B，各层从前向一直活到反向，按整步计入）；LM head 仍为 bf16",
     "--fp8-backend needs --precision fp8": "--fp8-backend 需要配合 --precision fp8",
+    "--backward-prefetch post is FSDP's BACKWARD_POST: it needs --engine fsdp2 with zero 3 (a backward all-gather "
+    "to delay)": "--backward-prefetch post 对应 FSDP 的 BACKWARD_POST：需要 --engine fsdp2 且 zero 3（反向时才有 all-gather 可推迟）",
     "--fp8-backend torchao: Megatron's fp8 runs Transformer Engine; use --fp8-backend te":
         "--fp8-backend torchao：Megatron 的 fp8 走的是 Transformer Engine，请用 --fp8-backend te",
     # ------------------------------------------------------------------ phases (estimate timeline)
@@ -504,6 +506,11 @@ PATTERNS: list[tuple[str, str]] = [
     ("{w}: {k:w}({v:d}) is above trainmem's limit of {hi:d}", "{w}：{k}({v}) 超过了 trainmem 的上限 {hi}"),
     ("{w}: {k:w}={v} is not a boolean (true or false)", "{w}：{k}={v} 不是布尔值（true 或 false）"),
     ("{w}: mlp_only_layers={v} is not a list of layer indices", "{w}：mlp_only_layers={v} 不是层号列表"),
+    ("{w}: layer_types={v} is not a list of layer type names", "{w}：layer_types={v} 不是层类型名称的列表"),
+    ("{w}: layer_types has {n:d} entries for num_hidden_layers({l:d})",
+     "{w}：layer_types 有 {n} 项，与 num_hidden_layers({l}) 不一致"),
+    ("{w}: layer_types entry {v} is not sliding_attention or full_attention (the layer types {mt:w} builds masks for)",
+     "{w}：layer_types 中的 {v} 既不是 sliding_attention 也不是 full_attention（{mt} 只为这两种层类型构建 mask）"),
     ("{w}: num_attention_heads({a:d}) does not divide hidden_size({h:d}) and no head_dim is given",
      "{w}：num_attention_heads({a}) 不能整除 hidden_size({h})，且没有给出 head_dim"),
     ("{w}: {ka:w}({a:d}) does not divide {kh:w}({h:d})", "{w}：{ka}({a}) 不能整除 {kh}({h})"),
