@@ -18,13 +18,13 @@ def _request(model: str, cluster: str, global_batch: int, seq_len: int, precisio
              fix: str | None, extra: dict, engines: tuple[str, ...] | None = None):  # noqa: ANN202
     from trainmem.api import build
     from trainmem.hardware import parse_cluster
-    from trainmem.plan.search import PlanRequest
+    from trainmem.plan.search import PlanRequest, engine_neutral_extras
     from trainmem.plan.space import ENGINES, parse_fix
 
     pool = parse_cluster(cluster)
     fields = {k: v for k, v in extra.items() if v is not None and (v or k == "lora_rank")}
     # the model and the fixed setup fields are validated once, as `trainmem estimate` validates them
-    spec, _ = build(model, seq_len=seq_len, gpu=pool.groups[0].gpu.name, **fields)
+    spec, _ = build(model, seq_len=seq_len, gpu=pool.groups[0].gpu.name, **engine_neutral_extras(fields, precision))
     fixed = parse_fix(fix) if fix else {}
     return PlanRequest(spec=spec, cluster=pool, global_batch=global_batch, seq_len=seq_len, precision=precision,
                        margin=margin / 100, top=top, fixed=fixed, engines=engines or ENGINES, setup_extra=fields)
@@ -51,6 +51,9 @@ def plan_cmd(
     lora_rank: Annotated[int, _Opt("--lora-rank", help="LoRA rank; 0 = full fine-tuning")] = 0,
     lora_targets: Annotated[Optional[str], _Opt("--lora-targets", help="PEFT module names or all-linear")] = None,
     qlora: Annotated[bool, _Opt("--qlora", help="NF4 base weights")] = False,
+    attn_kernel: Annotated[Optional[str], _Opt("--attn-kernel", help="step time: fa2|fa3|triton [engine default]")] = None,
+    grad_reduce_16bit: Annotated[bool, _Opt("--grad-reduce-16bit", help="Megatron plans: 16-bit main-grad buffer")] = False,
+    fp8_params: Annotated[bool, _Opt("--fp8-params", help="Megatron fp8 plans: fp8 weights (--fp8-param-gather)")] = False,
     as_json: opt.Json = False, lang: opt.Lang = "en",
 ) -> None:
     """The fastest training configurations that fit a GPU pool (or how many GPUs a model needs)."""
@@ -70,7 +73,8 @@ def plan_cmd(
     if export and not out_dir:
         raise ConfigError("--export needs -o DIR")
     extra = {"optimizer": optimizer, "attn": attn, "lora_rank": lora_rank, "qlora": qlora or None,
-             "lora_targets": lora_targets}
+             "lora_targets": lora_targets, "attn_kernel": attn_kernel, "grad_reduce_16bit": grad_reduce_16bit or None,
+             "fp8_params": fp8_params or None}
     engines = _export_engines(export) if export else None
     req = _request(model, cluster or f"1x{gpu}", global_batch, seq_len, precision, margin, top, fix, extra, engines)
     out: dict = {}

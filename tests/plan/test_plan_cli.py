@@ -117,6 +117,8 @@ def test_compare_offers_the_fused_optimizer_by_its_temporary(capsys) -> None:
     (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "8", "--margin", "150"], "--margin"),
     (["plan", "nosuchmodel", "--cluster", "8xH100-SXM-80G", "--global-batch", "8"], "nosuchmodel"),
     (["compare", "llama-3.1-8b", "--engine", "torch", "--tp", "2", "--gpus", "2"], "data parallel only"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "8", "--fp8-params"], "--precision fp8"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xA100-SXM-80G", "--global-batch", "8", "--attn-kernel", "fa4"], "attn"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, capsys, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -132,3 +134,18 @@ def test_fully_fixed_infeasible_says_why(capsys) -> None:
     rc, out, err = run(["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "32",
                         "--seq-len", "4096", "--fix", fix], capsys)
     assert rc == 2 and "needs" in err and "GiB" in err and "H100-SXM-80G has" in err
+
+
+def test_megatron_recipe_flags_and_the_405b_account_split(capsys) -> None:
+    """--grad-reduce-16bit / --fp8-params apply to Megatron's configurations only (the others are still searched),
+    and with them the planner finds Megatron-Bridge's Llama-3.1-405B H100 preset as its best at the preset's
+    parallelism: mb 1 × ga 64, no recompute, the account-for-embedding/loss split over pp 8 × vpp 8."""
+    rc, out, _ = run(["plan", "llama-3.2-1b", "--cluster", "8xH100-SXM-80G", "--global-batch", "64", "--seq-len", "2048",
+                      "--grad-reduce-16bit", "--top", "50", "--json"], capsys)
+    assert rc == 0 and {"megatron", "fsdp2"} <= {p["engine"] for p in json.loads(out)["plans"]}
+    rc, out, _ = run(["plan", "llama-3.1-405b", "--cluster", "1024xH100-SXM-80G", "--global-batch", "512",
+                      "--seq-len", "8192", "--precision", "fp8", "--grad-reduce-16bit", "--fp8-params",
+                      "--fix", "engine=megatron,tp=8,pp=8,vpp=8,cp=2", "--json"], capsys)
+    best = json.loads(out)["plans"][0]
+    assert rc == 0 and (best["micro_batch"], best["grad_accum"], best["recompute"]) == (1, 64, "none")
+    assert best["layers_per_stage"] == [15, 16, 16, 16, 16, 16, 16, 15]

@@ -51,6 +51,20 @@ __all__ = ["PlanRequest", "GroupSearch", "plan", "fits_with_margin"]
 _RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
 
 
+#: Setup extras that only Megatron runs: the other engines' configurations are searched without them.
+_MEGATRON_ONLY = ("grad_reduce_16bit", "fp8_params", "megatron_deepspeed")
+
+
+def engine_neutral_extras(extra: Mapping[str, object], precision: str) -> dict[str, object]:
+    """The setup extras a request's model can be validated with on any engine (``trainmem estimate``'s
+    validation); the Megatron-only ones are checked here on a Megatron setup of the request's precision (one
+    line on a bad combination, e.g. ``--fp8-params`` without fp8)."""
+    only = {k: v for k, v in extra.items() if k in _MEGATRON_ONLY and v}
+    if only:
+        make_setup(engine="megatron", precision="fp8" if precision == "fp8" else "mixed-bf16", zero=1, **only)
+    return {k: v for k, v in extra.items() if k not in _MEGATRON_ONLY}
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     spec: ModelSpec
@@ -101,8 +115,14 @@ class GroupSearch:
 
     # -- building blocks ------------------------------------------------------------------------
     def fields(self, k: Knobs) -> dict[str, object]:
-        return {**k.setup_fields(self.req.spec), **self.req.setup_extra, "seq_len": self.req.seq_len,
-                "gpu": self.group.gpu.name, "precision": engine_precision(k.engine, self.family)}
+        extra = self.req.setup_extra
+        if k.engine != "megatron" and any(extra.get(key) for key in _MEGATRON_ONLY):
+            extra = {key: v for key, v in extra.items() if key not in _MEGATRON_ONLY}
+        prec = engine_precision(k.engine, self.family)
+        if extra.get("fp8_params") and prec != "fp8":
+            extra = {key: v for key, v in extra.items() if key != "fp8_params"}
+        return {**k.setup_fields(self.req.spec), **extra, "seq_len": self.req.seq_len,
+                "gpu": self.group.gpu.name, "precision": prec}
 
     def setup(self, k: Knobs) -> TrainingSetup | None:
         """The validated setup (None if the estimator's validation refuses the configuration)."""
