@@ -424,8 +424,12 @@ def _plan(row: Row, p: dict, spec: ModelSpec, s: TrainingSetup, gpu: GPU) -> Non
     from trainmem.plan.search import PlanRequest, plan
     name = "H100-SXM-80G" if gpu is _GRAND_TETON else gpu.name
     try:
+        # the run's own stack where it is not a knob the planner searches: 16-bit main grads and fp8 weights
+        # (Megatron recipes), the attention kernel
+        extra = {k: getattr(s, k) for k in ("grad_reduce_16bit", "fp8_params", "attn_kernel") if getattr(s, k)}
         req = PlanRequest(spec=spec, cluster=parse_cluster(f"{p['gpus']}x{name}"), global_batch=s.global_batch,
-                          seq_len=s.seq_len, precision="fp8" if p["precision"] == "fp8" else "bf16", top=1)
+                          seq_len=s.seq_len, precision="fp8" if p["precision"] == "fp8" else "bf16", top=1,
+                          setup_extra=extra)
         best = plan(req).plans[0]
     except TrainmemError as err:
         row.plan = "no plan: " + str(err).splitlines()[0][:120]
