@@ -178,6 +178,8 @@ HOLDOUT: list[Case] = [
       loss="fused-linear"),
     C("gemma-3-1b", precision="amp-bf16", seq_len=1024, micro_batch=2, loss="chunked", loss_chunks=4, loop="script"),
     C("qwen2.5-0.5b", precision="amp-bf16", seq_len=2048, micro_batch=4, loss="fused-ce"),
+    # gpt-oss (attention sinks, eager attention, 32 experts with biases; added with the gpt_oss family)
+    C("gpt-oss-20b", precision="bf16", seq_len=2048, engine="fsdp2", gpus=8, attn="eager"),
     C("llama-3.2-1b", precision="bf16", seq_len=1024, micro_batch=2, engine="fsdp2", gpus=8, loss="fused-ce"),
     C("pythia-1b", precision="bf16", seq_len=1024, micro_batch=2, grad_accum=2, loss="fused-ce", loop="script"),
     C("tinyllama-1.1b", precision="bf16", seq_len=1024, micro_batch=2, lora_rank=16, lora_targets="all-linear",

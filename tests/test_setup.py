@@ -52,6 +52,8 @@ def test_invalid_setups_name_the_arithmetic(kw: dict, msg: str) -> None:
     ("mixtral-8x7b", dict(engine="megatron", ep=3, gpus=3), "ep(3) does not divide num_experts(8)"),
     ("gpt2", dict(seq_len=4096), "seq_len(4096) > max_position_embeddings(1024)"),
     ("gemma-2-9b", dict(), "gemma2 has no sdpa implementation"),
+    ("gpt-oss-20b", dict(attn="sdpa"), "gpt_oss has no sdpa implementation"),
+    ("gpt-oss-20b", dict(engine="megatron", attn="eager"), "gpt_oss under the megatron engine is not modelled"),
 ])
 def test_model_dependent_checks(model: str, kw: dict, msg: str) -> None:
     with pytest.raises(ConfigError) as e:

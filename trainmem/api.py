@@ -34,7 +34,8 @@ TRACE_LIMITS: dict[str, int] = {
 MAX_PARAMS = 10**18
 """Size guard of a model: 10^18 parameters (a million times the largest published)."""
 _DEFAULT_SEQ_LEN = 2048
-_NO_SDPA = {"gemma2": "gemma2 has no sdpa attention in transformers (logit softcapping)"}
+_NO_SDPA = {"gemma2": "gemma2 has no sdpa attention in transformers (logit softcapping)",
+            "gpt_oss": "gpt_oss has no sdpa attention in transformers (attention sinks)"}
 """Families whose default attention is eager (the attention flag not given)."""
 
 

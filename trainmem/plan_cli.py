@@ -24,7 +24,8 @@ def _request(model: str, cluster: str, global_batch: int, seq_len: int, precisio
     pool = parse_cluster(cluster)
     fields = {k: v for k, v in extra.items() if v is not None and (v or k == "lora_rank")}
     # the model and the fixed setup fields are validated once, as `trainmem estimate` validates them
-    spec, _ = build(model, seq_len=seq_len, gpu=pool.groups[0].gpu.name, **engine_neutral_extras(fields, precision))
+    spec, checked = build(model, seq_len=seq_len, gpu=pool.groups[0].gpu.name, **engine_neutral_extras(fields, precision))
+    fields.setdefault("attn", checked.attn)  # the model's default (eager for families without sdpa)
     fixed = parse_fix(fix) if fix else {}
     return PlanRequest(spec=spec, cluster=pool, global_batch=global_batch, seq_len=seq_len, precision=precision,
                        margin=margin / 100, top=top, fixed=fixed, engines=engines or ENGINES, setup_extra=fields)

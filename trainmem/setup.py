@@ -232,6 +232,9 @@ class TrainingSetup(BaseModel):
             raise ValueError(f"seq_len({self.seq_len}) is not divisible by 2 * cp({self.cp}) (load-balanced context parallelism)")
         if self.sp and self.seq_len % self.tp:
             raise ValueError(f"seq_len({self.seq_len}) is not divisible by tp({self.tp}) with --sp")
+        if e == "fsdp2" and self.cp > 1 and self.attn == "eager":
+            raise ValueError("--cp with --attn eager: torch's context parallelism shards F.scaled_dot_product_attention "
+                             "(torch.distributed.tensor.experimental.context_parallel); use --attn sdpa or flash")
         if self.attn == "flash" and p == "fp32":
             raise ValueError("flash attention needs 16-bit compute; fp32 cannot use --attn flash")
         if self.backward_prefetch == "post" and not (e == "fsdp2" and self.zero == 3):
@@ -394,6 +397,12 @@ def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
             raise ConfigError(f"ep({setup.ep}) does not divide num_experts({spec.num_experts})")
     if spec.model_type == "gemma2" and setup.attn == "sdpa":
         raise ConfigError("attn: gemma2 has no sdpa implementation in transformers (logit softcapping); use --attn eager or flash")
+    if spec.model_type == "gpt_oss" and setup.attn == "sdpa":
+        # GptOssPreTrainedModel: _supports_sdpa = False; flash through kernels with sinks (vllm-flash-attn3)
+        raise ConfigError("attn: gpt_oss has no sdpa implementation in transformers (attention sinks); use --attn eager or flash")
+    if spec.model_type == "gpt_oss" and setup.engine == "megatron":
+        raise ConfigError("gpt_oss under the megatron engine is not modelled (Megatron-Core's attention sinks and clamped "
+                          "SwiGLU experts); use --engine fsdp2, deepspeed or torch")
     if spec.is_encoder and setup.engine == "megatron":
         raise ConfigError("encoder models (bert/roberta) are not modelled for the megatron engine")
     if setup.seq_len > spec.max_position_embeddings and spec.position == "learned":

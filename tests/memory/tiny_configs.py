@@ -40,3 +40,12 @@ TINY = {
     "mixtral": dict(model_type="mixtral", hidden_size=256, intermediate_size=512, num_hidden_layers=3,
                     num_attention_heads=8, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, **BASE),
 }
+
+# gpt-oss-20b's structure (attention sinks, q/k/v/o biases, biased router and experts, clamped SwiGLU, yarn RoPE,
+# sliding / full layers) at small dims; head_dim 32 != hidden / heads, as 64 != 2880 / 64 in the real models.
+# Kept out of TINY: transformers has no sdpa for gpt_oss, and tests/memory/test_activations_measured.py runs
+# every TINY family under sdpa too (tests/memory/test_gpt_oss.py measures this one under eager).
+GPT_OSS_TINY = dict(model_type="gpt_oss", hidden_size=256, intermediate_size=256, num_hidden_layers=3,
+                    num_attention_heads=8, num_key_value_heads=2, head_dim=32, num_local_experts=4,
+                    num_experts_per_tok=2, sliding_window=64,
+                    layer_types=["sliding_attention", "full_attention", "sliding_attention"], **BASE)

@@ -8,6 +8,7 @@ from importlib import resources
 import pytest
 
 from tests.model.meta_build import assert_matches_transformers
+from tests.model.test_hf import assert_gpt_oss_matches_transformers
 from trainmem.errors import UnknownModelError
 from trainmem.model.catalog import find_entry, list_models, load_catalog_spec
 
@@ -45,6 +46,9 @@ PUBLISHED_TOTALS = {
     "pythia-1b": 1_011_781_632,
     "falcon-7b": 6_921_720_704,
     "deepseek-v2-lite": 15_706_484_224,
+    # OpenAI's model card gives these to 10 M (test_gpt_oss_totals_match_the_model_card): transformers' build
+    "gpt-oss-20b": 20_914_757_184,
+    "gpt-oss-120b": 116_829_156_672,
 }
 # DeepSeek-V3 as transformers builds it (no MTP layer): the paper's "671B".
 DEEPSEEK_V3_TOTAL = 671_026_404_352
@@ -55,11 +59,68 @@ REQUIRED = {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3
             "phi-3-mini-4k", "deepseek-v3", "gpt2", "bert-large-uncased", "tinyllama-1.1b"}
 
 NAMES = [e.name for e in list_models()]
+#: GptOssForCausalLM's router is ``mlp.router``: compared by the router-aware reference of tests/model/test_hf.py
+GPT_OSS_NAMES = [n for n in NAMES if load_catalog_spec(n).model_type == "gpt_oss"]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in GPT_OSS_NAMES])
 def test_catalog_model_matches_transformers(name):
     assert_matches_transformers(load_catalog_spec(name))
+
+
+@pytest.mark.parametrize("name", GPT_OSS_NAMES)
+def test_catalog_gpt_oss_matches_transformers(name):
+    assert_gpt_oss_matches_transformers(load_catalog_spec(name))
+
+
+def _active_per_token(spec) -> int:
+    """Parameters one token runs through: every layer's attention, norms and router, top-k of its E experts,
+    the final norm and the unembedding (lm_head); not the embedding table (a row lookup)."""
+    k, e = spec.num_experts_per_tok, spec.num_experts
+    layers = sum(lp.attention + lp.norms + lp.router + lp.experts * k // e for lp in spec.params.layers)
+    return layers + spec.params.final_norm + spec.params.lm_head
+
+
+def test_gpt_oss_totals_match_the_model_card():
+    """OpenAI's gpt-oss model card: gpt-oss-120b 116.83B total, 5.13B active per token;
+    gpt-oss-20b 20.91B total, 3.61B active. The totals are transformers' build exactly (weights as trained;
+    the hub checkpoint packs the expert weights in MXFP4 blocks and scales, which the hub's safetensors
+    metadata counts in bytes, not parameters). The active counts match only with the embedding table left out
+    and the unembedding (lm_head) counted; with the embedding they would be 4.19B and 5.71B:
+
+    per expert 2880·5760 + 5760 + 2880·2880 + 2880 = 24,891,840; attention 26,550,144; norms 5,760;
+    router E·2880 + E (20b: 92,192; 120b: 368,768); unembedding 201,088·2880 = 579,133,440 (+ final norm 2,880
+    = 579,136,320).
+    - 20b, 24 layers of 32 experts: total 24·(26,550,144 + 5,760 + 92,192 + 32·24,891,840) + 2·579,133,440
+      + 2,880 = 20,914,757,184; active 24·(26,550,144 + 5,760 + 92,192 + 4·24,891,840) + 579,136,320
+      = 3,608,307,264 (+ the embedding 579,133,440 = 4,187,440,704).
+    - 120b, 36 layers of 128: total 36·(26,550,144 + 5,760 + 368,768 + 128·24,891,840) + 1,158,266,880 + 2,880
+      = 116,829,156,672; active 36·(26,550,144 + 5,760 + 368,768 + 4·24,891,840) + 579,136,320 = 5,132,849,472
+      (+ the embedding = 5,711,982,912).
+    """
+    for name, total, active, card in (("gpt-oss-20b", 20_914_757_184, 3_608_307_264, (20.91, 3.61)),
+                                      ("gpt-oss-120b", 116_829_156_672, 5_132_849_472, (116.83, 5.13))):
+        spec = load_catalog_spec(name)
+        assert (spec.n_params, _active_per_token(spec)) == (total, active)
+        assert (round(total / 1e9, 2), round(active / 1e9, 2)) == card
+        assert round((active + spec.params.embedding) / 1e9, 2) != card[1]  # the card leaves the embedding out
+
+
+def test_gpt_oss_catalog_configs():
+    """Both configs as the hub has them: alternating sliding (128) / full layers, sliding first, yarn x32 of
+    4096, 131,072 positions, q/k/v/o biases, untied embeddings, the clamped SwiGLU's limit 7.0."""
+    for name, layers, experts in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128)):
+        spec = load_catalog_spec(name)
+        cfg = spec.hf_config
+        assert (spec.num_layers, spec.num_experts, spec.num_experts_per_tok) == (layers, experts, 4)
+        assert (spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim) == (2880, 64, 8, 64)
+        assert (spec.moe_intermediate_size, spec.vocab_size, spec.sliding_window) == (2880, 201_088, 128)
+        assert cfg["layer_types"] == ["sliding_attention", "full_attention"] * (layers // 2)
+        rope = cfg["rope_scaling"]
+        assert (rope["rope_type"], rope["factor"], rope["original_max_position_embeddings"]) == ("yarn", 32.0, 4096)
+        assert spec.max_position_embeddings == 131_072 and cfg["attention_bias"] and not spec.tie_word_embeddings
+        assert cfg["swiglu_limit"] == 7.0
+        assert spec.source == f"https://huggingface.co/openai/{name}/blob/main/config.json"
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_TOTALS))

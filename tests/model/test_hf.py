@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.model.meta_build import assert_matches_transformers
+from tests.model.meta_build import assert_matches_transformers, build_meta, reference_counts
 from trainmem.errors import ConfigError, UnsupportedError
 from trainmem.model.hf import SUPPORTED_MODEL_TYPES, spec_from_hf_config
 
@@ -70,6 +70,17 @@ MINIMAL_CONFIGS["gpt2"] = dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4
 MINIMAL_CONFIGS["deepseek_v3"]["num_hidden_layers"] = 4  # default first_k_dense_replace=3: one MoE layer
 MINIMAL_CONFIGS["deepseek_v2"]["num_experts_per_tok"] = 2  # default None cannot route
 
+# gpt_oss: its router is ``mlp.router`` (meta_build classifies ``mlp.gate.*`` as the router, so these are compared
+# by assert_gpt_oss_matches_transformers below); its expert biases are 2-D grouped tensors, counted in matmul.
+GPT_OSS_CONFIGS: dict[str, dict] = {
+    "gpt_oss": dict(SMALL, model_type="gpt_oss", num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
+                    num_local_experts=4, num_experts_per_tok=2),
+    "gpt_oss-nobias-allfull-mha": dict(SMALL, model_type="gpt_oss", num_key_value_heads=4, head_dim=32,
+                                       num_experts=3, num_experts_per_tok=3, attention_bias=False,
+                                       layer_types=["full_attention", "full_attention"]),
+    "gpt_oss-minimal": dict(_REQUIRED, model_type="gpt_oss", vocab_size=32064),  # 128 experts, top-4, head_dim 64
+}
+
 GEMMA3_MULTIMODAL = {
     "model_type": "gemma3",
     "architectures": ["Gemma3ForConditionalGeneration"],
@@ -99,8 +110,62 @@ def test_gemma3_multimodal_uses_its_sparse_text_config():
 
 
 def test_every_supported_model_type_is_tested():
-    tested = {c["model_type"] for c in (*FAMILY_CONFIGS.values(), *MINIMAL_CONFIGS.values())} | {"gemma3"}
+    tested = {c["model_type"] for c in (*FAMILY_CONFIGS.values(), *MINIMAL_CONFIGS.values(),
+                                        *GPT_OSS_CONFIGS.values())} | {"gemma3"}
     assert tested == set(SUPPORTED_MODEL_TYPES)
+
+
+def assert_gpt_oss_matches_transformers(spec) -> None:
+    """:func:`assert_matches_transformers` for GptOssForCausalLM: its router lives at ``mlp.router`` (weight and
+    bias), which the reference's name rules file under "mlp"; a gpt_oss layer has no dense MLP, so every
+    non-expert ``mlp.`` parameter is the router's."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    model = build_meta(spec.architecture, spec.hf_config)
+    ref = reference_counts(model)
+    assert all(not n.startswith(("model.layers.0.mlp.gate", "model.layers.0.mlp.down", "model.layers.0.mlp.up"))
+               for n, _ in model.named_parameters())
+    p = spec.params
+    assert (p.total, p.embedding, p.position_embedding, p.final_norm, p.lm_head, p.other) == (
+        ref.total, ref.embedding, ref.position_embedding, ref.final_norm, ref.lm_head, ref.other)
+    assert len(p.layers) == len(ref.layers) == spec.num_layers
+    for i, layer in enumerate(p.layers):
+        theirs = dict(ref.layers[i])
+        theirs["router"] = theirs.pop("mlp", 0)
+        ours = {k: getattr(layer, k) for k in ("attention", "norms", "mlp", "experts", "shared_experts", "router",
+                                              "matmul")}
+        assert ours == {k: theirs.get(k, 0) for k in ours}, f"layer {i}"
+
+
+@pytest.mark.parametrize("key", sorted(GPT_OSS_CONFIGS))
+def test_gpt_oss_configs_match_transformers(key):
+    assert_gpt_oss_matches_transformers(spec_from_hf_config(GPT_OSS_CONFIGS[key], name=key))
+
+
+def test_gpt_oss_layer_counts_by_hand():
+    """GPT_OSS_CONFIGS["gpt_oss"]: h 64, 4 heads and 2 kv heads of 16, 4 experts of width 96, vocab 100.
+    attention: q 64·64 + 64, k and v 64·32 + 32 each, o 64·64 + 64, sinks 4 = 4,160 + 2·2,080 + 4,160 + 4 = 12,484;
+    experts: 4 · (64·192 + 192 + 96·64 + 64) = 4 · 18,688 = 74,752; router 4·64 + 4 = 260; norms 2·64 = 128;
+    matmul: 4,096 + 2·2,048 + 4,096 (q, k, v, o weights) + 74,752 (the grouped expert tensors, their 2-D biases
+    with them) + 256 (router weight) = 87,296."""
+    spec = spec_from_hf_config(GPT_OSS_CONFIGS["gpt_oss"], name="g")
+    layer = spec.params.layers[0]
+    assert (layer.attention, layer.experts, layer.router, layer.norms, layer.mlp) == (12_484, 74_752, 260, 128, 0)
+    assert layer.matmul == 87_296
+    # embedding 100·64, untied lm_head 100·64, final norm 64; 3 layers of 12,484 + 74,752 + 260 + 128 = 87,624
+    assert spec.n_params == 6_400 + 6_400 + 64 + 3 * 87_624
+    assert (spec.num_experts, spec.num_experts_per_tok, spec.moe_intermediate_size) == (4, 2, 96)
+    assert spec.moe_layer_indices == (0, 1, 2) and spec.norm == "rmsnorm" and spec.mlp_gated
+
+
+def test_gpt_oss_sliding_window_follows_layer_types():
+    """GptOssConfig: layer_types defaults to sliding_attention, full_attention, ... (sliding first), window 128;
+    a config whose layers are all full_attention has no window in effect."""
+    default = spec_from_hf_config(GPT_OSS_CONFIGS["gpt_oss-minimal"], name="g")
+    assert default.sliding_window == 128 and (default.head_dim, default.num_kv_heads) == (64, 8)
+    assert (default.num_experts, default.num_experts_per_tok) == (128, 4)
+    assert spec_from_hf_config(GPT_OSS_CONFIGS["gpt_oss-nobias-allfull-mha"], name="g").sliding_window is None
+    assert spec_from_hf_config(dict(GPT_OSS_CONFIGS["gpt_oss"], sliding_window=32), name="g").sliding_window == 32
 
 
 def test_spec_fields_of_the_moe_and_mla_configs():
@@ -176,6 +241,20 @@ def test_static_name_lists_match_transformers():
     (dict(SMALL, model_type="qwen2_moe", mlp_only_layers=5), "mlp_only_layers=5"),
     (dict(SMALL, model_type="bert", num_hidden_layers=0), r"num_hidden_layers\(0\)"),
     (dict(SMALL, model_type="falcon", hidden_size=2**21), "limit of 1,048,576"),
+    # GptOssConfig.validate_layer_type: one entry per layer, each a layer type; GptOssModel.forward's mask
+    # mapping has full_attention and sliding_attention only (another allowed type is a KeyError there)
+    (dict(SMALL, model_type="gpt_oss", layer_types=["sliding_attention"]),
+     r"layer_types has 1 entries for num_hidden_layers\(2\)"),
+    (dict(SMALL, model_type="gpt_oss", layer_types=["sliding_attention", "chunked_attention"]),
+     "layer_types entry 'chunked_attention' is not sliding_attention or full_attention"),
+    (dict(SMALL, model_type="gpt_oss", layer_types="sliding_attention"),
+     "layer_types='sliding_attention' is not a list"),
+    (dict(SMALL, model_type="gpt_oss", num_key_value_heads=2, num_local_experts=0),
+     r"num_local_experts\(0\)"),
+    (dict(SMALL, model_type="gpt_oss", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=5),
+     r"num_experts_per_tok\(5\)"),
+    (dict(SMALL, model_type="gpt_oss", num_key_value_heads=2, head_dim=15),
+     r"even rotary dimension, got head_dim\(15\)"),
 ])
 def test_what_transformers_refuses_is_one_config_error(cfg, needle):
     with pytest.raises(ConfigError, match=needle) as err:

@@ -67,3 +67,21 @@ def test_keys_per_query():
     assert attention_keys_per_query(4, True) == 2.5          # (1 + 2 + 3 + 4) / 4
     assert attention_keys_per_query(4, False) == 4
     assert attention_keys_per_query(8, True, window=4) == pytest.approx((1 + 2 + 3 + 4 * 5) / 8)
+
+
+def test_alternating_sliding_windows_count_the_full_layers() -> None:
+    """gemma2 and gpt_oss slide on every other layer, gemma3 on five of six (transformers' layer_types): the model
+    FLOPs count the window only there. gemma-2-2b (26 layers, window 4096) at 8192 tokens: half the layers
+    over 4096 keys, half over 8192; Mistral's window applies to every layer."""
+    from trainmem.model.resolve import resolve_model
+    from trainmem.perf.flops import (attention_forward_flops_per_token, attention_keys_model, matmul_params_per_token,
+                                     model_flops_per_token, sliding_layer_share)
+    g2, g3, mistral = resolve_model("gemma-2-2b"), resolve_model("gemma-3-1b"), resolve_model("mistral-7b")
+    assert sliding_layer_share(g2) == 13 / 26
+    assert sliding_layer_share(g3) == sum(1 for i in range(26) if (i + 1) % 6) / 26   # 22 of 26
+    assert sliding_layer_share(resolve_model("llama-3.1-8b")) == 0.0
+    assert attention_keys_model(g2, 8192) == 0.5 * 4096 + 0.5 * 8192
+    want = 6 * matmul_params_per_token(g2) + 3 * 26 * attention_forward_flops_per_token(g2, 6144.0)
+    assert model_flops_per_token(g2, 8192) == want
+    if mistral.sliding_window:
+        assert sliding_layer_share(mistral) == 1.0

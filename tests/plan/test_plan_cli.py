@@ -149,3 +149,14 @@ def test_megatron_recipe_flags_and_the_405b_account_split(capsys) -> None:
     best = json.loads(out)["plans"][0]
     assert rc == 0 and (best["micro_batch"], best["grad_accum"], best["recompute"]) == (1, 64, "none")
     assert best["layers_per_stage"] == [15, 16, 16, 16, 16, 16, 16, 15]
+
+
+def test_models_without_sdpa_are_planned_with_eager_attention(capsys) -> None:
+    """gemma2 and gpt_oss have no sdpa in transformers: the planner takes the model's default (eager), as
+    `trainmem estimate` does, instead of refusing every configuration as not fitting; torch's context
+    parallelism (an SDPA ring) is not offered with eager attention."""
+    rc, out, _ = run(["plan", "gemma-2-2b", "--cluster", "8xH100-SXM-80G", "--global-batch", "32", "--seq-len", "2048",
+                      "--top", "20", "--json"], capsys)
+    plans = json.loads(out)["plans"]
+    assert rc == 0 and plans
+    assert not any(p["engine"] == "fsdp2" and p["cp"] > 1 for p in plans)

@@ -21,7 +21,9 @@ from trainmem.setup import TrainingSetup
 
 __all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
            "head_saved", "embedding_saved", "torch_cp", "model_wide_saved_bytes", "lora_shapes", "lora_input_requires_grad", "lora_recompute_frame_bytes",
-           "lora_forward_frame_bytes", "lora_head_frame_bytes"]
+           "lora_forward_frame_bytes", "lora_head_frame_bytes", "eager_softmax_bytes",
+           "sink_attention_backward_bytes", "sink_attention_forward_peak_bytes", "gpt_oss_forward_peak_bytes",
+           "gpt_oss_recompute_frame_bytes"]
 
 _GEMMA_NORM_MODELS = ("gemma", "gemma2", "gemma3_text", "gemma3")
 
@@ -97,6 +99,9 @@ def _norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
     - LlamaRMSNorm (modeling_llama.py): ``x.to(fp32)`` kept by ``pow`` (4 B; the input itself when
       already fp32) and ``x*rsqrt`` cast back to the input dtype, kept by ``weight *`` (r B): 4 + r.
     - GemmaRMSNorm: ``x.float()`` (4) and the fp32 normalised value kept by ``* (1 + w)`` (4): 8.
+    - GptOssRMSNorm (modeling_gpt_oss.py @ 5.24.0): ``(self.weight * x_normed).to(input_dtype)``, the
+      weight multiplying the fp32 normalised value before the cast back: 4 + 4 = 8, as Gemma's
+      (:func:`_fp32_normalised_norm`).
     - nn.LayerNorm (native_layer_norm): its input (r B; fp32 under CUDA autocast, where layer_norm
       is an fp32 op, and the residual is fp32 already) plus mean/rstd (8 B per row, negligible).
     """
@@ -104,9 +109,18 @@ def _norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
     if spec.norm == "layernorm":  # (under autocast its input is cast to fp32 if not fp32 already)
         return float(4 if is_amp(setup) else r) + 8.0 / spec.hidden_size
     rows = 4.0 / spec.hidden_size  # rsqrt(variance + eps): one fp32 value per row, kept by the multiply
-    if spec.model_type in _GEMMA_NORM_MODELS:
+    if spec.model_type in _GEMMA_NORM_MODELS or _fp32_normalised_norm(spec):
         return 8.0 + rows
     return 4.0 + r + rows
+
+
+def _fp32_normalised_norm(spec: ModelSpec) -> bool:
+    """Whether the RMSNorm multiplies its weight into the fp32 normalised value and casts after it:
+    ``GptOssRMSNorm.forward`` (transformers/models/gpt_oss/modeling_gpt_oss.py @ 5.24.0) returns
+    ``(self.weight * hidden_states).to(input_dtype)`` with ``hidden_states`` the fp32 ``x * rsqrt(var +
+    eps)``, so ``weight *`` keeps that fp32 tensor (4 B per element) besides the fp32 input copy (4 B), where
+    Llama's casts first and keeps the normalised value in the input dtype."""
+    return spec.model_type == "gpt_oss"
 
 
 def te_fp8_linears(setup: TrainingSetup, fp8: bool) -> bool:
@@ -262,6 +276,10 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
     add("q", "attention", c * a * d)
     add("k_repeated", "attention", c * a * d)
     add("v_repeated", "attention", c * a * dv)
+    if mt == "gpt_oss":
+        _sink_softmax_terms(spec, setup, add, s=s)
+        add("o_input", "attention", c * a * dv)
+        return
     fp32_softmax = mt not in ("gpt2", "bert", "roberta", "falcon")
     if fp32_softmax:
         add("softmax_fp32", "attention", 4.0 * a * s)
@@ -275,6 +293,209 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
         add("attn_dropout_mask", "attention", 1.0 * a * s)
         add("attn_dropout_out", "attention", float(c) * a * s)
     add("o_input", "attention", c * a * dv)
+
+
+def sink_softmax_bytes_per_token(spec: ModelSpec, setup: TrainingSetup, s: int) -> dict[str, float]:
+    """What gpt_oss's eager attention keeps between its scores and P·V, in bytes per query token (all heads),
+    keys ``s`` (transformers/models/gpt_oss/modeling_gpt_oss.py @ 5.24.0, ``eager_attention_forward``):
+
+    - ``torch.cat([attn_weights, sinks], dim=-1)`` appends each head's learned sink logit as one more key
+      column: the scores become (b, a, s, s + 1); ``cat`` keeps nothing;
+    - ``combined_logits - combined_logits.max(dim=-1, keepdim=True).values``: ``max`` keeps its int64
+      argmax, one per row of each head (8·a);
+    - ``F.softmax(..., dtype=combined_logits.dtype)`` keeps its (b, a, s, s + 1) output in the scores' dtype
+      (:func:`eager_softmax_bytes`): fp32 where adding the additive mask of an fp32 residual stream promotes
+      the 16-bit autocast ``matmul`` scores (:func:`_sink_scores_promoted`), else the compute dtype;
+    - ``probs[..., :-1]`` (the sink column dropped) is a view: without promotion ``.to(value dtype)`` is a
+      no-op and the P·V ``matmul`` keeps that view (bmm takes the row stride s + 1; no copy, traced); promoted,
+      ``.to`` makes the 16-bit (b, a, s, s) copy the matmul keeps (2·a·s).
+    With attention dropout (p > 0) the dropout keeps its bool mask (a·s) and P·V the dropout output instead
+    of the view (not promoted: c·a·s; promoted: still the 16-bit cast).
+
+    Sliding-window layers (``sliding_window``) keep the same: the window is an additive mask over the full
+    (s, s) scores, not a slice of them."""
+    a = spec.num_attention_heads
+    c = compute_bytes(setup)
+    promoted = _sink_scores_promoted(setup)
+    out = {"sink_max_indices": 8.0 * a}
+    if eager_softmax_bytes(spec, setup) == 4:
+        out["softmax_fp32"] = 4.0 * a * (s + 1)
+        if promoted:
+            out["probs_16bit"] = float(c) * a * s
+    else:
+        out["probs"] = float(c) * a * (s + 1)
+    if spec.attention_dropout > 0:
+        out["attn_dropout_mask"] = 1.0 * a * s
+        if not promoted:
+            out["attn_dropout_out"] = float(c) * a * s
+    return out
+
+
+def _sink_scores_promoted(setup: TrainingSetup) -> bool:
+    """gpt_oss's eager scores become fp32 before its softmax: autocast's ``matmul`` gives 16-bit scores and
+    the additive mask is in the residual stream's dtype (masking_utils.py ``eager_mask``, built in
+    ``inputs_embeds.dtype``), fp32 with fp32 parameters: the sum is fp32. A 16-bit stream (pure 16-bit, FSDP2's
+    16-bit param_dtype, LoRA's 16-bit base under autocast) keeps them 16-bit; fp32 runs compute in fp32."""
+    return residual_bytes(setup) > compute_bytes(setup)
+
+
+def eager_softmax_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes per element of eager attention's softmax output, which the s² gradients of its backward share
+    (the probabilities' gradient and softmax's input gradient, ``plan.py`` ``attn_transient``): fp32 in the
+    llama-style ``softmax(..., dtype=torch.float32)``; the compute dtype for gpt2/bert/roberta/falcon; gpt_oss
+    softmaxes in the scores' own dtype, fp32 in fp32 runs and where the mask promotes them
+    (:func:`_sink_scores_promoted`), else 16-bit (traced: its 16-bit backward holds two (b, a, s, s + 1) 16-bit
+    gradients beyond what it saved)."""
+    if spec.model_type == "gpt_oss":
+        return max(compute_bytes(setup), residual_bytes(setup))
+    return compute_bytes(setup) if spec.model_type in ("gpt2", "bert", "roberta", "falcon") else 4
+
+
+def sink_attention_backward_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """gpt_oss under eager attention: the transient of the attention's backward beyond its saved tensors
+    (``plan.py`` ``attn_transient``, spiked once o_proj's input, the 16-bit probabilities and v are released);
+    0 for other families and attention implementations. Traced: the P·V backward's probabilities gradient,
+    the ``probs[..., :-1]`` slice's backward (a zero-padded (b, a, s, s + 1) gradient), softmax's input
+    gradient and the row maxima's backward (another zero-filled (b, a, s, s + 1) one, scattered into) are
+    alive two at a time beyond the softmax output, which softmax's backward releases: 2·sm·b·a·s·(s + 1),
+    sm the scores' dtype (:func:`eager_softmax_bytes`); later the q/k/v gradients, c·(a·d + 2·kv·d) per token,
+    once the s² ones are gone. The gradient flowing into the attention block (c·h per token) is alive beside
+    the gradient stream throughout."""
+    if spec.model_type != "gpt_oss" or setup.attn != "eager":
+        return 0
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    h, a, kv, d = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
+    c = compute_bytes(setup)
+    s_q, keys = setup.seq_len // setup.cp, setup.seq_len
+    scores = 2 * eager_softmax_bytes(spec, setup) * setup.micro_batch * a * s_q * (keys + 1)
+    return (c * T * h + max(c * T * (a * d + 2 * kv * d), scores)) // setup.tp
+
+
+def sink_attention_forward_peak_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """gpt_oss under eager attention: the bytes a layer's own tensors reach at its attention's forward peak
+    (the scores' subtraction and softmax); 0 for other families and attention implementations. Read from
+    ``GptOssAttention.forward`` / ``eager_attention_forward`` (transformers/models/gpt_oss/modeling_gpt_oss.py
+    @ 5.24.0), traced:
+
+    - what the layer has saved by then: the input norm, q/k/v's inputs, q, the repeated k and v, the row
+      maxima's indices and the softmax output (16-bit: ``probs``; autocast: ``softmax_fp32`` and the 16-bit
+      copy ``probs_16bit``) (:func:`layer_saved`);
+    - the masked scores ``attn_weights`` (a·s) and ``combined_logits`` minus its maxima (a·(s + 1)), both
+      referenced until the function returns, in the scores' dtype (:func:`eager_softmax_bytes`);
+    - locals nothing saves: the rotary k and v_proj's output (kv·d each, compute dtype); under autocast with an
+      fp32 stream (:func:`_sink_scores_promoted`), where the fp32 cos/sin promote the rotary products, the fp32
+      rotary q (a·d) and k (kv·d), the fp32 repeated k autocast's matmul cast from (a·d), and the decoder
+      layer's fp32 norm output (h), of which each projection kept its own 16-bit cast.
+    The tensors alive beside every layer's forward are :func:`gpt_oss_forward_frame_bytes`."""
+    if spec.model_type != "gpt_oss" or setup.attn != "eager":
+        return 0
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    h, a, kv, d = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
+    c, sm, amp = compute_bytes(setup), eager_softmax_bytes(spec, setup), _sink_scores_promoted(setup)
+    before_softmax = ("input_norm", "qkv_input", "q", "k_repeated", "v_repeated", "sink_max_indices",
+                      "softmax_fp32", "probs_16bit", "probs")
+    saved = sum(t.bytes for t in layer_saved(spec, setup, 0).terms if t.name in before_softmax)
+    heads = sm * a * (2 * setup.seq_len + 1) + 2 * c * kv * d + (4 * (2 * a * d + kv * d) if amp else 0)
+    norm_out = 4 * h * T // (setup.tp if setup.sp else 1) if amp else 0
+    return saved + heads * T // setup.tp + norm_out
+
+
+def gpt_oss_expert_tail_bytes_per_pair(h: int, ce: int) -> float:
+    """What one (token, expert) pair holds at the end of gpt_oss's experts forward beyond what it saved
+    (integrations/moe.py ``grouped_mm_experts_forward``, transformers 5.24.0), ``ce`` bytes per element: the
+    down projection's gathered bias rows (``selected_biases``, a local until the function returns), the
+    weighted output ``weighted_out`` and its un-permuted copy ``weighted_out[inv_perm]``: 3·ce·h."""
+    return 3.0 * ce * h
+
+
+def gpt_oss_forward_frame_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """gpt_oss: tensors alive beside a layer's own during the model's forward that no saved term counts:
+
+    - with a 16-bit residual stream, where the input norm keeps its own fp32 copy, the decoder layer's input
+      (its ``residual``) and the model's ``inputs_embeds``, r·h each (with an fp32 stream the norms keep those
+      very tensors);
+    - eager attention: the additive masks of ``GptOssModel.forward``'s ``causal_mask_mapping``, one
+      (b, 1, s, s) tensor in the residual dtype per layer type of ``layer_types`` (``create_causal_mask`` /
+      ``create_sliding_window_causal_mask`` → masking_utils.py ``eager_mask``), alive until the model's
+      forward returns; under full recompute the checkpoint of layer 0 holds its own one to the end of the
+      backward (:func:`model_wide_saved_bytes`), so only the others are forward-only here."""
+    if spec.model_type != "gpt_oss":
+        return 0
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    r = residual_bytes(setup)
+    stream = 2 * r * spec.hidden_size * T // (setup.tp if setup.sp else 1) if r != 4 else 0
+    n_masks = len(set(_gpt_oss_layer_types(spec))) - (1 if setup.recompute == "full" else 0)
+    return stream + (n_masks * _gpt_oss_mask_bytes(setup) if setup.attn == "eager" else 0)
+
+
+def gpt_oss_forward_peak_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """gpt_oss: the peak of one layer's forward above what was alive before the layer (``plan.fwd_tmp``,
+    spiked at each layer's start): the forward frame (:func:`gpt_oss_forward_frame_bytes`) plus the larger of
+    the eager attention's peak (:func:`sink_attention_forward_peak_bytes`) and the experts' tail, when all the
+    layer's saved tensors exist (:func:`gpt_oss_expert_tail_bytes_per_pair`, k pairs per token); 0 for other
+    families."""
+    if spec.model_type != "gpt_oss":
+        return 0
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    moe_layer = spec.moe_layer_indices[0] if spec.moe_layer_indices else 0
+    tail = gpt_oss_expert_tail_bytes_per_pair(spec.hidden_size, expert_dtype_bytes(setup))
+    end = layer_saved(spec, setup, moe_layer).total_bytes + int(tail * spec.num_experts_per_tok * T) // setup.tp
+    return gpt_oss_forward_frame_bytes(spec, setup) + max(sink_attention_forward_peak_bytes(spec, setup), end)
+
+
+def gpt_oss_recompute_frame_bytes(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> int:
+    """gpt_oss under full (non-reentrant) recompute: the peak bytes beyond layer ``layer_idx``'s recomputed
+    saved tensors while ``torch.utils.checkpoint`` recomputes it (traced); 0 for other families.
+
+    The recomputation starts at the first backward node of the layer that unpacks a saved tensor: the
+    un-permutation ``weighted_out[inv_perm]``, whose incoming gradient the sum over the k slots expanded to
+    (T, k, h) and the ``.view(T·k, h)``'s backward made contiguous (ce·h per pair, alive throughout). Then the
+    larger of:
+
+    - the stop (the early stop once the last saved tensor, ``inv_perm``, is packed): the experts' down bias
+      rows and ``weighted_out`` (ce·h each per pair) and the ``arange`` the inverse permutation was written
+      from (8 B per pair), with the decoder layer's locals that no saved tensor is: with a 16-bit residual
+      stream its ``residual`` (the attention's residual sum, r·h; an fp32 one is the post-attention norm's
+      kept input), under autocast with an fp32 stream the fp32 post-attention norm output (4·h; the router
+      keeps its own cast);
+    - the recomputed attention's peak (:func:`sink_attention_forward_peak_bytes`, eager), reached before any
+      of the MLP block's saved tensors exist.
+
+    Eager attention: the checkpoints of layers 0..``layer_idx`` still hold their additive masks, one per layer
+    type among them; layer 0's is in :func:`model_wide_saved_bytes`, the others are counted here."""
+    if spec.model_type != "gpt_oss" or setup.recompute != "full":
+        return 0
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    h, r, k = spec.hidden_size, residual_bytes(setup), spec.num_experts_per_tok
+    ce = expert_dtype_bytes(setup)
+    sp_div = setup.tp if setup.sp else 1
+    trigger = ce * h * k * T // setup.tp
+    frame = (r * h if r != 4 else 0) + (4 * h if _sink_scores_promoted(setup) else 0)
+    stop = (2 * ce * h + 8) * k * T // setup.tp + frame * T // sp_div
+    saved = layer_saved(spec, setup, spec.moe_layer_indices[0] if spec.moe_layer_indices else 0).total_bytes
+    masks = 0
+    if setup.attn == "eager":
+        masks = (len(set(_gpt_oss_layer_types(spec)[:layer_idx + 1])) - 1) * _gpt_oss_mask_bytes(setup)
+    return trigger + masks + max(stop, sink_attention_forward_peak_bytes(spec, setup) - saved)
+
+
+def _gpt_oss_mask_bytes(setup: TrainingSetup) -> int:
+    """One (b, 1, s, s) additive mask in the residual dtype (masking_utils.py ``eager_mask``)."""
+    return setup.micro_batch * (setup.seq_len // setup.cp) * setup.seq_len * residual_bytes(setup)
+
+
+def _gpt_oss_layer_types(spec: ModelSpec) -> list[str]:
+    """The layer types of a gpt_oss config (GptOssConfig's default: sliding_attention, full_attention, ...)."""
+    types = spec.hf_config.get("layer_types")
+    if isinstance(types, list) and types:
+        return [str(t) for t in types]
+    return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(spec.num_layers)]
+
+
+def _sink_softmax_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int) -> None:
+    """gpt_oss's eager scores → probabilities (:func:`sink_softmax_bytes_per_token`)."""
+    for name, per_token in sink_softmax_bytes_per_token(spec, setup, s).items():
+        add(name, "attention", per_token)
 
 
 def _te_output_projection(terms: list[Term], add, c: int, width: int) -> None:
@@ -352,7 +573,11 @@ def _moe_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
 
     Expert MLPs see T·k tokens in total on this rank (÷ ep does not change the tokens this rank
     processes: all-to-all brings as many in as it sends out). The experts run in the dtype of their
-    weights (transformers casts the gathered tokens to it): fp32 under autocast with fp32 parameters."""
+    weights (transformers casts the gathered tokens to it): fp32 under autocast with fp32 parameters.
+    gpt_oss's biased router and experts and clamped SwiGLU: :func:`_gpt_oss_moe_terms`."""
+    if spec.model_type == "gpt_oss":
+        _gpt_oss_moe_terms(spec, setup, add)
+        return
     h = spec.hidden_size
     c = compute_bytes(setup)
     ce = 4 if is_amp(setup) and not setup.is_lora else c  # (LoRA: 16-bit frozen experts)
@@ -373,6 +598,66 @@ def _moe_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
         n_in = 3 if gated else 2
         inputs = 2.0 * n_in * h if is_amp(setup) else 0.0   # pure: the MoE input tensor is shared
         add("shared_expert", "experts", 4.0 * c * si + inputs + (c * h + 4.0 if gated else 0.0))
+
+
+def expert_dtype_bytes(setup: TrainingSetup) -> int:
+    """Bytes per element of what routed experts compute: the dtype of their weights, since
+    ``integrations/moe.py`` ``_grouped_mm`` casts the gathered tokens to it (``input.to(weight.dtype)``;
+    grouped_mm is not an autocast op): fp32 under autocast with fp32 parameters; LoRA's frozen 16-bit base."""
+    return 4 if is_amp(setup) and not setup.is_lora else compute_bytes(setup)
+
+
+def gpt_oss_router_bytes_per_token(k: int, c: int) -> float:
+    """Routing state gpt_oss keeps per token for backward, top-k = ``k``, ``c`` bytes of the router's output
+    (transformers/models/gpt_oss/modeling_gpt_oss.py @ 5.24.0 ``GptOssTopKRouter.forward`` and
+    integrations/moe.py ``grouped_mm_experts_forward``, the experts' default implementation):
+
+    - ``torch.topk(router_logits, k)`` keeps its int64 indices (8k); ``softmax`` over the k top logits (in their
+      dtype) keeps its output (c·k); the (T, E) logits themselves are not kept;
+    - the dispatch keeps four more int64 (T·k) index tensors: ``perm // num_top_k`` (the token gather),
+      ``perm`` (the routing weights' gather), the sorted expert ids (the two expert-bias gathers) and
+      ``inv_perm`` (the un-permutation): 32k;
+    - the weighting ``proj_out * sample_weights_g`` keeps the gathered routing weights (c·k).
+    Total 40k + 2·c·k."""
+    return 8.0 * k + c * k + 32.0 * k + c * k
+
+
+def gpt_oss_expert_bytes_per_pair(h: int, i: int, ce: int) -> dict[str, float]:
+    """Bytes one (token, expert) pair keeps in gpt_oss's experts, ``ce`` bytes per element (the experts'
+    dtype, :func:`expert_dtype_bytes`), hidden ``h``, expert width ``i`` (transformers/integrations/moe.py
+    ``grouped_mm_experts_forward`` with ``GptOssExperts._apply_gate``, models/gpt_oss/modeling_gpt_oss.py
+    @ 5.24.0; transformers 5.24 runs ``experts_implementation="grouped_mm"`` by default, also in training):
+
+    - ``expert_inputs``: the gathered token ``hidden_states[perm // k]``, kept by the gate_up grouped GEMM (h);
+    - ``expert_gate_up``: the gate_up output (2i; the gathered bias rows are added in place and freed), kept
+      whole because ``gate = gate_up[..., ::2].clamp(max=limit)`` and ``up = gate_up[..., 1::2].clamp(-limit,
+      limit)`` keep their strided views of it; then the clamped gate (kept by ``gate * sigmoid``), the sigmoid
+      output, ``up + 1`` and ``glu`` (kept by ``(up + 1) * glu``): 2i + 4i;
+    - ``expert_down_input``: the gated product, kept by the down grouped GEMM (i);
+    - ``expert_outputs_weighted``: the down output (its bias added in place), kept by the routing weights'
+      multiply (h).
+    The clamped ``up`` and ``gate * alpha`` are temporaries; ``weighted_out[inv_perm]`` and its sum over the k
+    slots keep nothing. (The ``experts_implementation="eager"`` loop of ``GptOssExperts.forward`` gathers and
+    computes the same per-pair tensors expert by expert, plus an ``index_add_`` into a zero (T, h) buffer.)"""
+    return {"expert_inputs": float(ce * h), "expert_gate_up": 6.0 * ce * i,
+            "expert_down_input": float(ce * i), "expert_outputs_weighted": float(ce * h)}
+
+
+def _gpt_oss_moe_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
+    """gpt_oss's MoE block (``GptOssMLP``): the router ``F.linear(x, weight, bias)`` keeps its input (the
+    post-attention norm's output; autocast: its 16-bit cast), the routing state
+    (:func:`gpt_oss_router_bytes_per_token`) and k pairs per token of expert tensors
+    (:func:`gpt_oss_expert_bytes_per_pair`). Under LoRA the experts and router are frozen (PEFT cannot adapt
+    them, model/lora_targets.py): the down grouped GEMM keeps no input for its weight, and the expert-bias
+    gathers no sorted expert ids (8 B per pair); the inputs of frozen linears go in :func:`_lora_frozen`."""
+    h, k, i = spec.hidden_size, spec.num_experts_per_tok, spec.moe_intermediate_size
+    add("moe_input", "experts", _linear_inputs_saved(setup, 1, h), tp_split=False)
+    frozen = setup.is_lora
+    router = gpt_oss_router_bytes_per_token(k, compute_bytes(setup)) - (8.0 * k if frozen else 0.0)
+    add("router", "router", router, tp_split=False)
+    for name, per_pair in gpt_oss_expert_bytes_per_pair(h, i, expert_dtype_bytes(setup)).items():
+        if not (frozen and name == "expert_down_input"):
+            add(name, "experts", k * per_pair)
 
 
 def _mla_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
@@ -678,9 +963,17 @@ def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
         # position_ids default to arange(s)[None]: cos/sin are (1, s, d), broadcast over the batch; with CP
         # the sharded positions are passed, arange(s).expand(b, s) (torchtitan prepare_context_parallel_input)
         rope_dim = spec.qk_rope_head_dim or spec.head_dim
+        if spec.model_type == "gpt_oss":
+            # GptOssRotaryEmbedding.forward: ``emb = freqs`` (no cat(freqs, freqs)): (1, s, d/2) cos and sin,
+            # each applied to both halves (modeling_gpt_oss.py @ 5.24.0 ``_apply_rotary_emb``)
+            rope_dim = spec.head_dim // 2
         out += 2 * s * rope_dim * residual_bytes(setup) * (setup.micro_batch if torch_cp(setup) else 1)
     if sliding_window_mask(spec, setup):
         out += s * setup.seq_len  # the (1, 1, s, s) bool mask, kept by every layer's kernel
+    if spec.model_type == "gpt_oss" and setup.attn == "eager" and setup.recompute == "full":
+        # non-reentrant checkpointing holds each layer's inputs, its additive mask among them, until that
+        # layer's backward: layer 0's mask lives to the end of the backward (gpt_oss_forward_frame_bytes)
+        out += _gpt_oss_mask_bytes(setup)
     return out
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainmem.memory.activations import (LayerSaved, compute_bytes, is_amp, layer_saved, model_wide_saved_bytes,
-                                         residual_bytes, sdpa_math_fallback, torch_cp)
+from trainmem.memory.activations import (LayerSaved, compute_bytes, eager_softmax_bytes, gpt_oss_forward_peak_bytes,
+                                         is_amp, layer_saved, model_wide_saved_bytes, residual_bytes,
+                                         sdpa_math_fallback, sink_attention_backward_bytes, torch_cp)
 from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
 from trainmem.memory.states import RankParams, layers_of_stage, lora_param_count
 from trainmem.model.spec import ModelSpec
@@ -180,6 +181,8 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
     sp_div = s.tp if s.sp else 1
     plan.wide = model_wide_saved_bytes(spec, s)
     plan.fwd_tmp = 2 * r * T * h
+    if s.recompute != "full":  # gpt_oss: its eager attention's and experts' forward peaks (0 for other families)
+        plan.fwd_tmp = max(plan.fwd_tmp, gpt_oss_forward_peak_bytes(spec, s))
     if s.qlora:
         # bitsandbytes dequantises each NF4 weight to a 16-bit temporary for its matmul: the largest
         # (an MLP projection, h × i) is alive with the layer's working tensors
@@ -203,8 +206,10 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
     if s.attn == "eager" or sdpa_math_fallback(spec, s):
         # eager attention's backward: the probabilities' gradient upcast to fp32 and softmax's input
         # gradient (fp32), both b·a·s² (compute dtype for families whose softmax is not upcast)
-        sm = 4 if spec.model_type not in ("gpt2", "bert", "roberta", "falcon") else c
+        sm = eager_softmax_bytes(spec, s)
         plan.attn_transient += 2 * sm * s.micro_batch * a * (s.seq_len // s.cp) * s.seq_len // s.tp
+    if sink_attention_backward_bytes(spec, s):  # gpt_oss, eager: its sink softmax's backward (activations.py)
+        plan.attn_transient = sink_attention_backward_bytes(spec, s)
     if torch_cp(s) and s.attn == "sdpa":  # torch's ring attention (memory/context_parallel.py)
         from trainmem.memory.context_parallel import ring_transients
         ls = layer_saved(spec, s, plan.layer_ids[0] if plan.layer_ids else 0)
@@ -263,9 +268,10 @@ def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int
     backward is done, its saved input (the product, width i) and its weight copy are released."""
     total = ls.total_bytes
     mlp = sum(t.bytes for t in ls.terms if t.component in ("mlp", "experts", "router"))
-    if torch_cp(s) and s.attn == "sdpa":
+    if (torch_cp(s) and s.attn == "sdpa") or spec.model_type == "gpt_oss":
         # the post-attention norm's saved tensors die at its backward, before attention's: counted with the
-        # MLP block, as the ring's backward spike can be the step's peak (traced, tests/trace/test_cp_trace.py)
+        # MLP block, as the ring's backward spike can be the step's peak (traced, tests/trace/test_cp_trace.py),
+        # and gpt_oss's eager attention backward (tests/trace/test_gpt_oss_trace.py)
         mlp += sum(t.bytes for t in ls.terms if t.name == "post_attention_norm")
     early = sum(t.bytes for t in ls.terms if t.name in _ATTN_EARLY)
     prod = 0

@@ -7,8 +7,9 @@ the recomputation of checkpointed layers), the optimizer step and ``zero_grad``.
 
 from __future__ import annotations
 
-from trainmem.memory.activations import (embedding_saved, head_saved, lora_forward_frame_bytes,
-                                         lora_head_frame_bytes, lora_recompute_frame_bytes)
+from trainmem.memory.activations import (embedding_saved, gpt_oss_recompute_frame_bytes, head_saved,
+                                         lora_forward_frame_bytes, lora_head_frame_bytes, lora_recompute_frame_bytes,
+                                         residual_bytes)
 from trainmem.memory.engines import Engine
 from trainmem.memory.loss import LossBuffers
 from trainmem.memory.plan import StepPlan
@@ -298,6 +299,10 @@ class StepWalk:
         tl.alloc(f"rc{mb}.{idx}.p", "activations", prod)
         tl.alloc(f"rc{mb}.{idx}.m", "activations", mlp_rest)
         tl.alloc(f"rc{mb}.{idx}.e", "activations", early)
+        if full and self.spec.model_type == "gpt_oss" and residual_bytes(s) == 4:
+            # an fp32 residual stream: the recomputed input norm keeps the checkpointed input itself, already
+            # held (act{mb}.{idx}): not twice (traced, tests/trace/test_gpt_oss_trace.py)
+            attn -= 4 * self.spec.hidden_size * p.tokens // (s.tp if s.sp else 1)
         tl.alloc(f"recomp{mb}.{idx}", "activations", attn)
         if s.is_lora and full:  # the recomputed forward's frames at its early stop
             tl.spike(f"rcframe{mb}.{idx}", "activations", lora_recompute_frame_bytes(self.spec, s, idx))
@@ -306,6 +311,8 @@ class StepWalk:
             tl.alloc(f"wcopy{mb}.{idx}.d", "activations", c_down)
             tl.alloc(f"wcopy{mb}.{idx}.m", "activations", c_mlp)
             tl.alloc(f"wcopy{mb}.{idx}", "activations", c_attn)
+            # gpt_oss: the recomputation's own peak beyond the tensors it recomputes (0 for other families)
+            tl.spike(f"rcgpt{mb}.{idx}", "activations", gpt_oss_recompute_frame_bytes(self.spec, s, idx))
 
     def _free_all(self, *keys: str) -> None:
         for k in keys:

@@ -8,12 +8,13 @@ weights once). ``tests/model/test_hf.py`` checks this against meta-device builds
 
 Conventions (see ``spec.py``): a layer's ``attention`` holds q/k/v/o and whatever lives inside the
 attention module (MLA low-rank projections and their norms, qwen3/gemma3 q_norm/k_norm over the
-head dim); ``norms`` holds the norms on the residual stream (input/post-attention/pre- and
-post-feedforward; BERT's two LayerNorms). ``matmul`` counts the weights that enter a matmul:
-``nn.Linear``/``Conv1D`` weights, grouped expert tensors and MoE router weights (used through
-``F.linear``). A missing ``hidden_size``/``num_hidden_layers`` (and, for a top-level config,
-``num_attention_heads``/``vocab_size``) is an error, not a default: ``config.json`` files always
-carry them; only the ``text_config`` nested in a gemma3 config is written sparsely.
+head dim, gpt_oss's per-head sinks); ``norms`` holds the norms on the residual stream (input/post-attention/
+pre- and post-feedforward; BERT's two LayerNorms). ``matmul`` counts the weights that enter a matmul:
+``nn.Linear``/``Conv1D`` weights, grouped expert tensors (gpt_oss's 2-D grouped expert biases with them)
+and MoE router weights (used through ``F.linear``). A missing ``hidden_size``/``num_hidden_layers``
+(and, for a top-level config, ``num_attention_heads``/``vocab_size``) is an error, not a default:
+``config.json`` files always carry them; only the ``text_config`` nested in a gemma3 config is
+written sparsely.
 
 A config is checked as transformers' strict config classes and modules would check it (one
 ``ConfigError`` line naming the field and value): integer fields are ints within ``_BOUNDS`` (sizes
@@ -186,10 +187,15 @@ class _Family:
     qk_norm: bool = False
     norms_per_layer: int = 2
     sliding: str = "none"
-    """"plain": sliding_window as given; "flag": only when use_sliding_window; "none"."""
+    """"plain": sliding_window as given; "flag": only when use_sliding_window; "layer_types": the window
+    of the layers ``layer_types`` names ``sliding_attention`` (None when it names none); "none"."""
     sliding_default: int | None = None
     softcap: tuple[float | None, float | None] | None = None
     """Class defaults of (attn_logit_softcapping, final_logit_softcapping); None: no such keys."""
+    bias_default: bool = False
+    """Class default of attention_bias (bias "attention_bias"): gpt_oss's is True."""
+    sinks: bool = False
+    """The attention module holds ``sinks``, one learned logit per head (gpt_oss)."""
 
 
 _FAMILIES: dict[str, _Family] = {
@@ -218,6 +224,11 @@ _FAMILIES: dict[str, _Family] = {
                          bias="qkv_bias", sliding="flag", sliding_default=4096),
     "qwen3_moe": _Family("Qwen3MoeForCausalLM", 151936, 2048, 24, 32, 4, None, 6144, 32768, False,
                          bias="attention_bias", qk_norm=True, sliding="flag", sliding_default=4096),
+    # GptOssConfig (configuration_gpt_oss.py): q/k/v/o biases on by default, per-head attention sinks,
+    # layer_types alternating sliding_attention / full_attention (sliding first), window 128
+    "gpt_oss": _Family("GptOssForCausalLM", 201088, 2880, 36, 64, 8, 64, 2880, 131072, False,
+                       bias="attention_bias", bias_default=True, sinks=True, sliding="layer_types",
+                       sliding_default=128),
 }
 
 
@@ -238,17 +249,25 @@ class _Moe:
     shared_gate: bool = False
     """qwen2_moe's shared_expert_gate = Linear(h, 1)."""
     shared_bias: bool = False
+    expert_bias: bool = False
+    """gpt_oss's GptOssExperts: gate_up_proj_bias (E, 2·inter) and down_proj_bias (E, h)."""
+    router_bias: bool = False
+    """gpt_oss's GptOssTopKRouter: a bias (E) with its (E, h) weight."""
 
     def block(self, h: int) -> tuple[_Pair, _Pair, _Pair]:
         """(experts, shared experts + gate, router) of one MoE layer: experts are two 3-D tensors,
         gate_up (E, 2·inter, h) and down (E, h, inter); the router an (E, h) weight (``*TopKRouter``,
-        applied with F.linear)."""
+        applied with F.linear). gpt_oss's grouped expert biases (E, 2·inter) and (E, h) count with
+        the grouped expert tensors in ``matmul`` too (every 2-D-or-more expert tensor does), so that
+        ``matmul - experts`` stays the layer's non-expert matmul weights; its router bias (E) does not."""
         experts = self.num_experts * 3 * h * self.expert_inter
+        if self.expert_bias:
+            experts += self.num_experts * (2 * self.expert_inter + h)
         shared = _glu_mlp(h, self.shared_inter, self.shared_bias) if self.has_shared else (0, 0)
         if self.shared_gate:
             shared = _add(shared, _linear(h, 1, False))
         router = self.num_experts * h
-        return (experts, experts), shared, (router, router)
+        return (experts, experts), shared, (router + (self.num_experts if self.router_bias else 0), router)
 
 
 def _layer_params(num_layers: int, h: int, attention: _Pair, norms: int, dense: _Pair,
@@ -270,11 +289,16 @@ def _layer_params(num_layers: int, h: int, attention: _Pair, norms: int, dense: 
 
 
 def _moe_of(c: _Config, num_layers: int, inter: int) -> _Moe | None:
-    """MoE layout of mixtral/qwen2_moe/qwen3_moe, or None for a dense family."""
+    """MoE layout of mixtral/qwen2_moe/qwen3_moe/gpt_oss, or None for a dense family."""
     mt = c.model_type
     if mt == "mixtral":  # MixtralSparseMoeBlock in every layer; attribute_map num_experts→num_local_experts
         e = c.get_int("num_local_experts", c.get_int("num_experts", 8))
         return _Moe(e, c.get_int("num_experts_per_tok", 2), inter, tuple(range(num_layers)))
+    if mt == "gpt_oss":  # GptOssMLP (router + experts, both with biases) in every layer; experts of width
+        # intermediate_size; attribute_map num_experts→num_local_experts
+        e = c.get_int("num_local_experts", c.get_int("num_experts", 128))
+        return _Moe(e, c.get_int("num_experts_per_tok", 4), inter, tuple(range(num_layers)),
+                    expert_bias=True, router_bias=True)
     if mt in ("qwen2_moe", "qwen3_moe"):
         default_e, default_k, default_i = (60, 4, 1408) if mt == "qwen2_moe" else (128, 8, 768)
         e = c.get_int("num_experts", c.get_int("num_local_experts", default_e))
@@ -301,7 +325,7 @@ def _kv_heads(c: _Config, default: int | None, heads: int) -> int:
 
 
 def _rope_decoder(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
-    """llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, mixtral, qwen2_moe, qwen3_moe."""
+    """llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, mixtral, qwen2_moe, qwen3_moe, gpt_oss."""
     f = _FAMILIES[c.model_type]
     h = c.get_int("hidden_size", required=True)
     num_layers = c.get_int("num_hidden_layers", required=True)
@@ -341,10 +365,10 @@ def _rope_decoder(c: _Config, name: str, source: str, top_level: bool) -> ModelS
 
 
 def _rope_attention(c: _Config, f: _Family, h: int, heads: int, kv: int, head_dim: int) -> _Pair:
-    """q (h→a·d), k, v (h→kv·d), o (a·d→h) and, in qwen3/gemma3, q_norm + k_norm (RMSNorm(d)).
-    phi3 fuses q/k/v into one qkv_proj of the same size."""
+    """q (h→a·d), k, v (h→kv·d), o (a·d→h) and, in qwen3/gemma3, q_norm + k_norm (RMSNorm(d));
+    gpt_oss's ``sinks`` (a). phi3 fuses q/k/v into one qkv_proj of the same size."""
     if f.bias == "attention_bias":
-        qkv_bias = o_bias = c.flag("attention_bias", False)
+        qkv_bias = o_bias = c.flag("attention_bias", f.bias_default)
     elif f.bias == "qkv":
         qkv_bias, o_bias = True, False
     elif f.bias == "qkv_bias":
@@ -353,16 +377,44 @@ def _rope_attention(c: _Config, f: _Family, h: int, heads: int, kv: int, head_di
         qkv_bias = o_bias = False
     attention = _add(_linear(h, heads * head_dim, qkv_bias), _linear(h, kv * head_dim, qkv_bias),
                      _linear(h, kv * head_dim, qkv_bias), _linear(heads * head_dim, h, o_bias))
+    if f.sinks:
+        attention = _add(attention, (heads, 0))
     return _add(attention, (2 * head_dim, 0)) if f.qk_norm else attention
 
 
 def _sliding_window(c: _Config, f: _Family) -> int | None:
-    """The window as the config class resolves it (qwen: only with use_sliding_window)."""
+    """The window as the config class resolves it (qwen: only with use_sliding_window; gpt_oss: only
+    when a layer is a ``sliding_attention`` one, :func:`_layer_types`)."""
     if f.sliding == "flag" and not c.flag("use_sliding_window", False):
         return None
     if f.sliding == "none":
         return None
+    if f.sliding == "layer_types" and "sliding_attention" not in _layer_types(c):
+        return None
     return c.opt_int("sliding_window", f.sliding_default) or None
+
+
+_LAYER_TYPES = ("sliding_attention", "full_attention")
+"""The keys of GptOssModel.forward's ``causal_mask_mapping``: any other layer type is a KeyError there."""
+
+
+def _layer_types(c: _Config) -> list[str]:
+    """gpt_oss's ``layer_types``: absent or null, GptOssConfig.__post_init__ alternates
+    ``sliding_attention`` (even layers) and ``full_attention`` (odd ones); given, one entry per layer
+    (the config's ``validate_layer_type``), each a key of the model's mask mapping."""
+    n = c.get_int("num_hidden_layers", required=True)
+    types = c.get("layer_types")
+    if types is None:
+        return [_LAYER_TYPES[i % 2] for i in range(n)]
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise ConfigError(f"{c.where}: layer_types={types!r} is not a list of layer type names")
+    if len(types) != n:
+        raise ConfigError(f"{c.where}: layer_types has {len(types)} entries for num_hidden_layers({n})")
+    bad = sorted({t for t in types if t not in _LAYER_TYPES})
+    if bad:
+        raise ConfigError(f"{c.where}: layer_types entry {bad[0]!r} is not sliding_attention or full_attention "
+                          f"(the layer types {c.model_type} builds masks for)")
+    return types
 
 
 def _head_dim(c: _Config, f: _Family, h: int, heads: int) -> int:
@@ -609,7 +661,7 @@ def _check_model(c: _Config, spec: ModelSpec) -> None:
         _check_rope(c, spec)
     if spec.moe_layer_indices:
         e, k = spec.num_experts, spec.num_experts_per_tok
-        e_key = {"mixtral": "num_local_experts", "deepseek_v2": "n_routed_experts",
+        e_key = {"mixtral": "num_local_experts", "gpt_oss": "num_local_experts", "deepseek_v2": "n_routed_experts",
                  "deepseek_v3": "n_routed_experts"}.get(spec.model_type, "num_experts")
         if e < 1:
             raise ConfigError(f"{w}: a mixture-of-experts model needs at least one expert, got {e_key}({e})")

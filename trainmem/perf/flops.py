@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from trainmem.model.spec import ModelSpec
 
-__all__ = ["Linear", "attention_linears", "mlp_linears", "moe_linears", "layer_linears", "head_linear",
+__all__ = ["sliding_layer_share", "attention_keys_model", "Linear", "attention_linears", "mlp_linears", "moe_linears", "layer_linears", "head_linear",
            "matmul_params_per_token", "attention_keys_per_query", "attention_forward_flops_per_token",
            "model_flops_per_token", "narayanan_flops_per_iteration", "linear_flops"]
 
@@ -141,10 +141,41 @@ def attention_forward_flops_per_token(spec: ModelSpec, keys_per_query: float) ->
     return 2.0 * keys_per_query * a * (spec.head_dim + spec.v_head_dim)
 
 
+def sliding_layer_share(spec: ModelSpec) -> float:
+    """Share of the decoder layers whose attention is over the sliding window (the others attend over the whole
+    causal range): the config's ``layer_types`` where it lists them, else as transformers 5.24 fills them in —
+    gemma2 and gpt_oss slide on every other layer (``"sliding_attention" if bool((i + 1) % 2)``,
+    configuration_gemma2.py / configuration_gpt_oss.py), gemma3 on all but every ``sliding_window_pattern``-th
+    (default 6, configuration_gemma3.py) — and every layer of a Mistral-style window (mistral, mixtral, phi3, qwen
+    with use_sliding_window). 0 without a window."""
+    if not spec.sliding_window:
+        return 0.0
+    types = spec.hf_config.get("layer_types")
+    n = spec.num_layers
+    if isinstance(types, list) and len(types) == n and n:
+        return sum(1 for t in types if t == "sliding_attention") / n
+    if spec.model_type in ("gemma2", "gpt_oss"):
+        period = 2
+    elif spec.model_type in ("gemma3", "gemma3_text"):
+        period = int(spec.hf_config.get("sliding_window_pattern") or 6)
+    else:
+        return 1.0
+    return sum(1 for i in range(n) if (i + 1) % period) / n if n else 0.0
+
+
+def attention_keys_model(spec: ModelSpec, seq_len: int) -> float:
+    """Keys per query averaged over the layers for the model FLOPs (no causal discount): the window on the
+    sliding layers, the sequence on the others."""
+    if not spec.sliding_window:
+        return float(seq_len)
+    share = sliding_layer_share(spec)
+    return share * min(seq_len, spec.sliding_window) + (1.0 - share) * seq_len
+
+
 def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
     """PaLM model FLOPs per trained token (forward + backward, no recomputation): 6·N +
-    6·L·s·a·(d_qk + d_v) (no causal discount; a sliding window counts its window)."""
-    keys = float(min(seq_len, spec.sliding_window)) if spec.sliding_window else float(seq_len)
+    6·L·s·a·(d_qk + d_v) (no causal discount; a sliding layer counts its window: :func:`attention_keys_model`)."""
+    keys = attention_keys_model(spec, seq_len)
     return 6.0 * matmul_params_per_token(spec) + 3.0 * spec.num_layers * attention_forward_flops_per_token(spec, keys)
 
 

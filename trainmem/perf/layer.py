@@ -234,9 +234,12 @@ def sac_recomputed(linears: tuple[Linear, ...]) -> tuple[bool, ...]:
 
 
 def layer_phase(ctx: Ctx, linears: tuple[Linear, ...], shape: tuple) -> Phase:
-    """Seconds of one decoder layer for one micro-batch on this rank. ``shape`` = (h, a, kv, d, dv, window,
-    mlp_width, top_k, experts, rmsnorm, rope, gated, dropout, weight_params, causal, attention_dropout)."""
-    h, a, kv, d, dv, window, width, top_k, experts, rmsnorm, rope, gated, dropout, weights, causal, adrop = shape
+    """Seconds of one decoder layer for one micro-batch on this rank (the average layer of the model).
+    ``shape`` = (h, a, kv, d, dv, window, mlp_width, top_k, experts, rmsnorm, rope, gated, dropout, weight_params,
+    causal, attention_dropout, window_share): the attention core over the window on ``window_share`` of the
+    layers (trainmem.perf.flops.sliding_layer_share), over the whole sequence on the others."""
+    (h, a, kv, d, dv, window, width, top_k, experts, rmsnorm, rope, gated, dropout, weights, causal, adrop,
+     share) = shape
     fg = bg = cast = 0.0
     sac = 0.0
     recomp = sac_recomputed(linears)
@@ -247,6 +250,9 @@ def layer_phase(ctx: Ctx, linears: tuple[Linear, ...], shape: tuple) -> Phase:
         if again:
             sac += f
     attn_f, attn_b = _attention_core(ctx, (a, kv, d, dv, window, causal, adrop))
+    if window is not None and share < 1.0:  # the full-attention layers of an alternating model
+        full_f, full_b = _attention_core(ctx, (a, kv, d, dv, None, causal, adrop))
+        attn_f, attn_b = share * attn_f + (1 - share) * full_f, share * attn_b + (1 - share) * full_b
     hbm = ctx.dev.hbm_bytes_per_s
     pb, kernels = _pointwise_bytes_per_token(ctx, h, (a + kv) * d, a * dv, width * max(top_k, 1), top_k,
                                              rmsnorm, rope, gated, dropout)

@@ -25,7 +25,8 @@ from trainmem.perf.collectives import allgather_seconds, allreduce_seconds, allt
 from trainmem.perf import deepspeed_pipe as dsp
 from trainmem.perf import ring
 from trainmem.perf.device import Device, check_precision, device_of, matmul_kind
-from trainmem.perf.flops import (Linear, attention_forward_flops_per_token, head_linear, layer_linears,
+from trainmem.perf.flops import (Linear, attention_forward_flops_per_token, attention_keys_model, head_linear,
+                                 layer_linears, sliding_layer_share,
                                  matmul_params_per_token)
 from trainmem.perf.kernels import (attention_backward_seconds, attention_forward_seconds, attention_kernel,
                                    pointwise_seconds)
@@ -98,7 +99,8 @@ def _shape(spec: ModelSpec, linears: tuple[Linear, ...], moe: bool) -> tuple:
     return (spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim,
             spec.sliding_window, width, spec.num_experts_per_tok if moe else 0, spec.num_experts,
             spec.norm == "rmsnorm", spec.position == "rope", spec.mlp_gated, spec.hidden_dropout > 0,
-            sum(x.k * x.n * x.count for x in linears), not spec.is_encoder, spec.attention_dropout > 0)
+            sum(x.k * x.n * x.count for x in linears), not spec.is_encoder, spec.attention_dropout > 0,
+            sliding_layer_share(spec))
 
 
 def _model(spec: ModelSpec) -> _Model:
@@ -329,7 +331,7 @@ class _Entry:
         self.st, self.ctx, self.m = _stages_uncached(spec, s, grp)
         ctx, m = self.ctx, self.m
         self.counts = _sync_counts(spec, s, stage)
-        keys = min(s.seq_len, m.window) if m.window else s.seq_len
+        keys = attention_keys_model(spec, s.seq_len)
         self.flops_per_token = 6.0 * m.matmul_per_token + 3.0 * spec.num_layers * m.attn_per_token_per_key * keys
         self.peak = {"fp8": ctx.dev.peak8_flops, "fp32": ctx.dev.peak32_flops}.get(ctx.mm, ctx.dev.peak16_flops)
         self.cast = _te_weight_cast_seconds(s, ctx, m, self.st)

@@ -272,6 +272,18 @@ EXACT: dict[str, str] = {
         "attn：transformers 里 gemma2 没有 sdpa 实现（logit softcapping）；请用 --attn eager 或 flash",
     "encoder models (bert/roberta) are not modelled for the megatron engine":
         "megatron 引擎下没有建模 encoder 模型（bert/roberta）",
+    "attn: gpt_oss has no sdpa implementation in transformers (attention sinks); use --attn eager or flash":
+        "attn：transformers 里 gpt_oss 没有 sdpa 实现（attention sinks）；请用 --attn eager 或 flash",
+    "--cp with --attn eager: torch's context parallelism shards F.scaled_dot_product_attention "
+    "(torch.distributed.tensor.experimental.context_parallel); use --attn sdpa or flash":
+        "--cp 不能配合 --attn eager：torch 的 context parallelism 切分的是 F.scaled_dot_product_attention"
+        "（torch.distributed.tensor.experimental.context_parallel）；请用 --attn sdpa 或 flash",
+    "gpt_oss has no sdpa attention in transformers (attention sinks)":
+        "transformers 里 gpt_oss 没有 sdpa attention（attention sinks）",
+    "gpt_oss under the megatron engine is not modelled (Megatron-Core's attention sinks and clamped SwiGLU experts); "
+    "use --engine fsdp2, deepspeed or torch":
+        "megatron 引擎下的 gpt_oss 还没有建模（Megatron-Core 的 attention sinks 和带截断的 SwiGLU 专家）；"
+        "请用 --engine fsdp2、deepspeed 或 torch",
     "gemma2 has no sdpa attention in transformers (logit softcapping)":
         "transformers 里 gemma2 没有 sdpa attention（logit softcapping）",
     # ------------------------------------------------------------------ model errors

@@ -55,8 +55,9 @@ def plan_request(model: str | dict, cluster: str, global_batch: int, seq_len: in
     fields = {k: v for k, v in fields.items() if v is not None}
     from trainmem.api import build_spec
     from trainmem.plan.search import engine_neutral_extras
-    spec, _ = build_spec(pasted_spec(model), seq_len=seq_len, gpu=pool.groups[0].gpu.name,
-                         **engine_neutral_extras(fields, precision))
+    spec, checked = build_spec(pasted_spec(model), seq_len=seq_len, gpu=pool.groups[0].gpu.name,
+                               **engine_neutral_extras(fields, precision))
+    fields.setdefault("attn", checked.attn)  # the model's default (eager for families without sdpa)
     fixed = parse_fix(fix) if fix else {}
     return PlanRequest(spec=spec, cluster=pool, global_batch=global_batch, seq_len=seq_len, precision=precision,
                        margin=margin / 100, top=top, fixed=fixed, engines=ENGINES, setup_extra=fields)
