@@ -260,4 +260,7 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
         out.append(f"{spec.name}: " + spec.source)
     if s.attn == "flash":
         out.append("attn flash: flash-attention-2 kernels keep q, k, v, output and logsumexp (no s² buffer), native GQA")
+    if s.loss == "fused-ce":
+        out.append("loss fused-ce: flash-attn's CrossEntropyLoss saves the 16-bit logits for its backward (they outlive "
+                   "a dropped model output until the loss backward) and writes a 16-bit gradient; no fp32 copy")
     return out

@@ -42,6 +42,10 @@ EXACT: dict[str, str] = {
         "显存按 amp-bf16 计；每个线性层为反向保存一份 fp8 输入（每元素 1 B），以及未分片权重的 fp8 副本和转置"
         "（每个权重 2 B，各层从前向一直活到反向，按整步计入）；LM head 仍为 bf16",
     "--fp8-backend needs --precision fp8": "--fp8-backend 需要配合 --precision fp8",
+    "loss fused-ce: flash-attn's CrossEntropyLoss saves the 16-bit logits for its backward (they outlive a dropped "
+    "model output until the loss backward) and writes a 16-bit gradient; no fp32 copy":
+        "loss fused-ce：flash-attn 的 CrossEntropyLoss 为反向保存 16 位 logits（即使模型输出已被丢弃，也会一直活到 "
+        "loss 的反向），梯度直接写成 16 位；不产生 fp32 副本",
     "--backward-prefetch post is FSDP's BACKWARD_POST: it needs --engine fsdp2 with zero 3 (a backward all-gather "
     "to delay)": "--backward-prefetch post 对应 FSDP 的 BACKWARD_POST：需要 --engine fsdp2 且 zero 3（反向时才有 all-gather 可推迟）",
     "--fp8-backend torchao: Megatron's fp8 runs Transformer Engine; use --fp8-backend te":
