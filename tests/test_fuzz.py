@@ -114,6 +114,9 @@ FLAG_VALUES: dict[str, st.SearchStrategy[str]] = {
     "--gpu-memory": st.sampled_from(["96GiB", "94GB", "0GB", "-1GiB", "1e30GiB", "lots"]),
     "--lang": st.sampled_from(["en", "zh", "xx"]),
     "--fp8-backend": st.sampled_from(["torchao", "te", "msamp"]),
+    "--stage-layers": st.sampled_from(["8,8", "1,31", "15,16,16,15", "0,32", "8,x", "", "4,4,4,4,4,4,4,4", "-1,33"]),
+    "--attn-kernel": st.sampled_from(["fa2", "fa3", "triton", "fa4"]),
+    "--backward-prefetch": st.sampled_from(["pre", "post", "both"]),
 }
 BOOL_FLAGS = ["--sp", "--no-sp", "--no-loss-parallel", "--qlora"]
 #: Values each flag accepts: most drawn flag lists stay valid, so that the model config is reached.
