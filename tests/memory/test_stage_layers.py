@@ -72,6 +72,9 @@ def test_megatron_export_writes_the_split() -> None:
     flat = [str(x) for group in megatron_args(spec, s, target) for x in group]
     assert "--account-for-embedding-in-pipeline-split" in flat and "--account-for-loss-in-pipeline-split" in flat
     assert "--decoder-first-pipeline-num-layers" not in flat
+    # uneven under vpp: the chunk count, not a per-chunk layer count ((126 + 2) / 64 = 2, not 126 // 64)
+    i = flat.index("--num-virtual-stages-per-pipeline-rank")
+    assert flat[i + 1] == "8" and "--num-layers-per-virtual-pipeline-stage" not in flat
     spec, s = build("llama-3.1-8b", engine="megatron", gpus=4, pp=4, stage_layers="5,9,9,9")
     flat = [str(x) for group in megatron_args(spec, s, ExportTarget(model_ref="meta-llama/Llama-3.1-8B", nodes=1, gpus_per_node=4)) for x in group]
     i = flat.index("--decoder-first-pipeline-num-layers")

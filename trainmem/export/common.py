@@ -13,7 +13,7 @@ from trainmem.errors import ConfigError
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
-__all__ = ["ExportTarget", "ENGINES", "check_target", "summary_lines", "comment_block", "toml_text", "yaml_text",
+__all__ = ["ExportTarget", "ENGINES", "check_target", "layer_split", "summary_lines", "comment_block", "toml_text", "yaml_text",
            "bash_array", "shell_word", "torchrun_prefix"]
 
 #: Exporters, and which estimate engines each one can run (see :func:`trainmem.export.can_export`).
@@ -40,6 +40,12 @@ class ExportTarget:
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
+
+
+def layer_split(setup: TrainingSetup, split: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The layers per pipeline stage an exporter writes: the planner's (``ExportTarget.layers_per_stage``), else
+    the setup's ``stage_layers``; () for the even split."""
+    return tuple(split or setup.stage_layers or ())
 
 
 def check_target(setup: TrainingSetup, target: ExportTarget) -> None:

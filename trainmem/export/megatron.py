@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainmem.export.common import ExportTarget, bash_array, summary_lines, torchrun_prefix
+from trainmem.export.common import ExportTarget, bash_array, layer_split, summary_lines, torchrun_prefix
 from trainmem.memory.states import account_split, stage_layers
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
@@ -86,7 +86,7 @@ def model_reason(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] =
         return f"{spec.model_type}: its linear biases match none of Megatron's bias flags"
     if spec.mlp_gated and spec.hidden_act != "silu":
         return f"{spec.model_type}: Megatron's gated MLP is SwiGLU (silu), not {spec.hidden_act}"
-    split = split or setup.stage_layers or ()
+    split = layer_split(setup, split)
     if split and _uneven(spec, setup, split) is None:
         return (f"layers per stage {list(split)}: Megatron-LM runs --decoder-first/last-pipeline-num-layers with the "
                 f"stages between the first and the last even (each a multiple of vpp({setup.vpp})), or the "
@@ -115,8 +115,7 @@ def _uneven(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] = ()) 
     embedding/loss flags when the split is theirs, the first/last-stage layer counts when the middle stages stay
     even (Megatron-LM core_v0.19.0 ``transformer_block.py`` ``get_num_layers_to_build`` splits what is left evenly
     over the middle stages; under vpp every stage's count is split over its vpp chunks), None when Megatron cannot
-    express it. ``split``: the planner's layers per stage."""
-    split = split or setup.stage_layers or ()
+    express it. ``split``: the layers per stage, resolved by the caller (the planner's, else the setup's)."""
     pp, vpp = setup.pp, setup.vpp
     if not split:
         split = tuple(len(stage_layers(spec.num_layers, pp, j)) for j in range(pp))
@@ -188,9 +187,14 @@ def _parallel_args(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...]
     s = setup
     args: list[list[object]] = [["--tensor-model-parallel-size", s.tp], ["--pipeline-model-parallel-size", s.pp],
                                 ["--context-parallel-size", s.cp]]
+    uneven = _uneven(spec, s, layer_split(s, split)) or []
     if s.vpp > 1:
-        args.append(["--num-layers-per-virtual-pipeline-stage", spec.num_layers // (s.pp * s.vpp)])
-    args += _uneven(spec, s, split) or []
+        # an uneven split needs the chunk count (core_v0.19.0 arguments.py: "please use
+        # --num-virtual-stages-per-pipeline-rank ... when enable uneven pipeline parallelism"; with the
+        # account-for flags the per-chunk count would be (num_layers + 2) / (pp·vpp), not num_layers / (pp·vpp))
+        args.append(["--num-virtual-stages-per-pipeline-rank", s.vpp] if uneven else
+                    ["--num-layers-per-virtual-pipeline-stage", spec.num_layers // (s.pp * s.vpp)])
+    args += uneven
     if s.ep > 1:
         args.append(["--expert-model-parallel-size", s.ep, "--expert-tensor-parallel-size", s.tp])
     if s.sp:

@@ -31,7 +31,7 @@ cannot build (biases, tied embeddings, MoE, sliding windows, dropout).
 
 from __future__ import annotations
 
-from trainmem.export.common import ExportTarget, comment_block, summary_lines, toml_text, torchrun_prefix
+from trainmem.export.common import ExportTarget, comment_block, layer_split, summary_lines, toml_text, torchrun_prefix
 from trainmem.export.megatron import _bias
 from trainmem.memory.states import stage_layers, stage_ranges
 from trainmem.model.spec import ModelSpec
@@ -113,7 +113,7 @@ def model_reason(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] =
         return "torchtitan's llama3 model has an untied output layer; this model ties its embeddings"
     if spec.sliding_window or spec.attention_dropout or spec.hidden_dropout:
         return "torchtitan's llama3 model has no sliding window and no dropout"
-    split = split or setup.stage_layers or ()
+    split = layer_split(setup, split)
     if split and (len(split) != setup.pp or sum(split) != spec.num_layers or setup.vpp != 1):
         return (f"layers per stage {list(split)}: module_fqns_per_model_part needs one count per stage of pp({setup.pp}), "
                 f"{spec.num_layers} layers in all, without interleaving")
@@ -124,7 +124,7 @@ def _model_parts(spec: ModelSpec, setup: TrainingSetup, split: tuple[int, ...] =
     """module_fqns_per_model_part: the estimate's layer split (``stage_layers``), one part per (virtual) stage;
     ``split``: the planner's layers per stage (uneven stages on mixed GPU types, no interleaving)."""
     parts_n = setup.pp * setup.vpp
-    split = split or setup.stage_layers or ()
+    split = layer_split(setup, split)
     if split and setup.vpp == 1 and len(split) == parts_n and sum(split) == spec.num_layers:
         parts = [[f"layers.{i}" for i in r] for r in stage_ranges(split)]
     else:
