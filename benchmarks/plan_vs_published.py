@@ -560,20 +560,18 @@ def calibrate_triton(factors: tuple[float, ...] = tuple(x / 100 for x in range(5
     """Grid search of TRITON_ATTENTION_FACTOR minimising the mean |ln ratio| over :func:`triton_fit_points`;
     restores the module's value. Returns (factor, objective)."""
     points = triton_fit_points()
-    saved = cal.TRITON_ATTENTION_FACTOR, dict(cal.ATTN_MAX_EFFICIENCY)
+    saved = dict(cal.ATTN_MAX_EFFICIENCY)
     best: tuple[float, float] | None = None
     try:
         for f in factors:
             for k in ("fa2", "fa2-hopper"):
-                cal.ATTN_MAX_EFFICIENCY["triton-" + k] = saved[1][k] * f
+                cal.ATTN_MAX_EFFICIENCY["triton-" + k] = saved[k] * f
             reset_caches()
             score = _objective([evaluate(p, with_memory=False) for p in points])
             if best is None or score < best[1] - 1e-12:
                 best = (f, score)
     finally:
-        cal.TRITON_ATTENTION_FACTOR = saved[0]
-        cal.ATTN_MAX_EFFICIENCY.clear()
-        cal.ATTN_MAX_EFFICIENCY.update(saved[1])
+        cal.ATTN_MAX_EFFICIENCY.update(saved)
         reset_caches()
     assert best is not None
     return best

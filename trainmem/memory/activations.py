@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.model.spec import ModelSpec
+from trainmem.model.spec import ModelSpec, attention_layer_types
 from trainmem.setup import TrainingSetup
 
 __all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
@@ -424,7 +424,7 @@ def gpt_oss_forward_frame_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     T = setup.micro_batch * setup.seq_len // setup.cp
     r = residual_bytes(setup)
     stream = 2 * r * spec.hidden_size * T // (setup.tp if setup.sp else 1) if r != 4 else 0
-    n_masks = len(set(_gpt_oss_layer_types(spec))) - (1 if setup.recompute == "full" else 0)
+    n_masks = len(set(attention_layer_types(spec))) - (1 if setup.recompute == "full" else 0)
     return stream + (n_masks * _gpt_oss_mask_bytes(setup) if setup.attn == "eager" else 0)
 
 
@@ -475,21 +475,13 @@ def gpt_oss_recompute_frame_bytes(spec: ModelSpec, setup: TrainingSetup, layer_i
     saved = layer_saved(spec, setup, spec.moe_layer_indices[0] if spec.moe_layer_indices else 0).total_bytes
     masks = 0
     if setup.attn == "eager":
-        masks = (len(set(_gpt_oss_layer_types(spec)[:layer_idx + 1])) - 1) * _gpt_oss_mask_bytes(setup)
+        masks = (len(set(attention_layer_types(spec)[:layer_idx + 1])) - 1) * _gpt_oss_mask_bytes(setup)
     return trigger + masks + max(stop, sink_attention_forward_peak_bytes(spec, setup) - saved)
 
 
 def _gpt_oss_mask_bytes(setup: TrainingSetup) -> int:
     """One (b, 1, s, s) additive mask in the residual dtype (masking_utils.py ``eager_mask``)."""
     return setup.micro_batch * (setup.seq_len // setup.cp) * setup.seq_len * residual_bytes(setup)
-
-
-def _gpt_oss_layer_types(spec: ModelSpec) -> list[str]:
-    """The layer types of a gpt_oss config (GptOssConfig's default: sliding_attention, full_attention, ...)."""
-    types = spec.hf_config.get("layer_types")
-    if isinstance(types, list) and types:
-        return [str(t) for t in types]
-    return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(spec.num_layers)]
 
 
 def _sink_softmax_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int) -> None:

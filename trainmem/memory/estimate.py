@@ -189,9 +189,8 @@ def candidate_stages(spec: ModelSpec, setup: TrainingSetup) -> tuple[int, ...]:
         return (0,)
     out = {0, setup.pp - 1}
     if setup.stage_layers:
-        from trainmem.memory.states import layers_of_stage
-        layers = spec.params.layers
-        alike = all(lp == layers[0] for lp in layers) and len(spec.moe_layer_indices) in (0, spec.num_layers)
+        from trainmem.memory.states import layers_alike, layers_of_stage
+        layers, alike = spec.params.layers, layers_alike(spec)
         most, seen = 0, set()
         for j in range(1, setup.pp - 1):
             kinds = tuple(layers[i] for i in layers_of_stage(spec, setup, j))

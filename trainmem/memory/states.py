@@ -21,7 +21,7 @@ from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 from trainmem.units import round_up_bytes
 
-__all__ = ["RankParams", "rank_params", "layers_of_stage", "account_split", "param_bytes_per_elem", "optimizer_state_bytes",
+__all__ = ["RankParams", "rank_params", "layers_alike", "layers_of_stage", "account_split", "param_bytes_per_elem", "optimizer_state_bytes",
            "optimizer_step_temp_bytes", "qlora_base_bytes", "lora_param_count", "stage_layers", "stage_ranges",
            "adafactor_state_bytes"]
 
@@ -82,6 +82,12 @@ def account_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, ...] | N
         return None
     per_rank = units // pp
     return (per_rank - 1, *([per_rank] * (pp - 2)), per_rank - 1)
+
+
+def layers_alike(spec: ModelSpec) -> bool:
+    """Every decoder layer alike (parameters and kind): any block of ``n`` layers is the same stage."""
+    layers = spec.params.layers
+    return all(lp == layers[0] for lp in layers) and len(spec.moe_layer_indices) in (0, spec.num_layers)
 
 
 def layers_of_stage(spec: ModelSpec, setup: TrainingSetup, stage: int) -> range:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["LayerParams", "ParamCounts", "ModelSpec"]
+__all__ = ["LayerParams", "ParamCounts", "ModelSpec", "attention_layer_types"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -154,3 +154,23 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+
+def attention_layer_types(spec: ModelSpec) -> list[str]:
+    """Each decoder layer's attention, ``sliding_attention`` or ``full_attention``: the config's ``layer_types``
+    where it lists one per layer, else as transformers 5.24 fills them in — gemma2 and gpt_oss slide on every
+    other layer from the first (``"sliding_attention" if bool((i + 1) % 2)``, configuration_gemma2.py /
+    configuration_gpt_oss.py), gemma3 on all but every ``sliding_window_pattern``-th (default 6,
+    configuration_gemma3.py) — and a Mistral-style window (mistral, mixtral, phi3, qwen with
+    use_sliding_window) on every layer, which without a window are all full."""
+    n = spec.num_layers
+    types = spec.hf_config.get("layer_types")
+    if isinstance(types, list) and len(types) == n and n:
+        return [str(x) for x in types]
+    if spec.model_type in ("gemma2", "gpt_oss"):
+        period = 2
+    elif spec.model_type in ("gemma3", "gemma3_text"):
+        period = int(spec.hf_config.get("sliding_window_pattern") or 6)
+    else:
+        return ["sliding_attention" if spec.sliding_window else "full_attention"] * n
+    return ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(n)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.model.spec import ModelSpec
+from trainmem.model.spec import ModelSpec, attention_layer_types
 
 __all__ = ["sliding_layer_share", "attention_keys_model", "Linear", "attention_linears", "mlp_linears", "moe_linears", "layer_linears", "head_linear",
            "matmul_params_per_token", "attention_keys_per_query", "attention_forward_flops_per_token",
@@ -143,24 +143,11 @@ def attention_forward_flops_per_token(spec: ModelSpec, keys_per_query: float) ->
 
 def sliding_layer_share(spec: ModelSpec) -> float:
     """Share of the decoder layers whose attention is over the sliding window (the others attend over the whole
-    causal range): the config's ``layer_types`` where it lists them, else as transformers 5.24 fills them in —
-    gemma2 and gpt_oss slide on every other layer (``"sliding_attention" if bool((i + 1) % 2)``,
-    configuration_gemma2.py / configuration_gpt_oss.py), gemma3 on all but every ``sliding_window_pattern``-th
-    (default 6, configuration_gemma3.py) — and every layer of a Mistral-style window (mistral, mixtral, phi3, qwen
-    with use_sliding_window). 0 without a window."""
-    if not spec.sliding_window:
+    causal range; trainmem.model.spec.attention_layer_types); 0 without a window."""
+    types = attention_layer_types(spec)
+    if not spec.sliding_window or not types:
         return 0.0
-    types = spec.hf_config.get("layer_types")
-    n = spec.num_layers
-    if isinstance(types, list) and len(types) == n and n:
-        return sum(1 for t in types if t == "sliding_attention") / n
-    if spec.model_type in ("gemma2", "gpt_oss"):
-        period = 2
-    elif spec.model_type in ("gemma3", "gemma3_text"):
-        period = int(spec.hf_config.get("sliding_window_pattern") or 6)
-    else:
-        return 1.0
-    return sum(1 for i in range(n) if (i + 1) % period) / n if n else 0.0
+    return types.count("sliding_attention") / len(types)
 
 
 def attention_keys_model(spec: ModelSpec, seq_len: int) -> float:

@@ -83,7 +83,6 @@ class _Model:
     head: Linear
     matmul_per_token: float
     attn_per_token_per_key: float
-    window: int | None
     dense_weights: int
     moe_weights: int
     stage_cache: dict = field(default_factory=dict)
@@ -113,7 +112,7 @@ def _model(spec: ModelSpec) -> _Model:
     m = _Model(dense=dense, moe=moe, moe_layers=moe_layers, shape_dense=_shape(spec, dense[True], False),
                shape_moe=_shape(spec, moe[True], True), head=head_linear(spec),
                matmul_per_token=matmul_params_per_token(spec),
-               attn_per_token_per_key=attention_forward_flops_per_token(spec, 1.0), window=spec.sliding_window,
+               attn_per_token_per_key=attention_forward_flops_per_token(spec, 1.0),
                dense_weights=sum(x.k * x.n * x.count for x in dense[True]),
                moe_weights=sum(x.k * x.n * x.count for x in moe[True]))
     if len(_MODELS) > 256:

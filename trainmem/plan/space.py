@@ -77,12 +77,14 @@ class Knobs:
 def knob_split(spec: ModelSpec, k: Knobs) -> tuple[int, ...] | None:
     """The explicit layer split a configuration runs (``TrainingSetup.stage_layers``), None for the even one.
     Megatron's account-for-embedding/loss split where the even split is not Megatron's to run: interleaving
-    that does not divide the layers (Megatron-Bridge's Llama-3.1-405B recipe: 126 layers, pp 8, vpp 8), or a
-    remainder other than 1 or pp − 1 (which ``--decoder-first/last-pipeline-num-layers`` express)."""
+    that does not divide the layers (Megatron-Bridge's Llama-3.1-405B recipe: 126 layers, pp 8, vpp 8), or an
+    even split whose middle stages are uneven (what ``--decoder-first/last-pipeline-num-layers`` cannot express,
+    trainmem.export.megatron.megatron_split)."""
+    from trainmem.export.megatron import megatron_split
     L = spec.num_layers
     if k.engine != "megatron" or k.pp == 1 or L % (k.pp * k.vpp) == 0:
         return None
-    if k.vpp == 1 and L % k.pp in (1, k.pp - 1):
+    if k.vpp == 1 and megatron_split([len(stage_layers(L, k.pp, j)) for j in range(k.pp)]) is not None:
         return None
     return account_split(L, k.pp, k.vpp)
 

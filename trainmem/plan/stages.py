@@ -39,7 +39,7 @@ from typing import Protocol
 
 from trainmem.errors import TrainmemError
 from trainmem.export.megatron import megatron_split
-from trainmem.memory.states import stage_layers, stage_ranges
+from trainmem.memory.states import layers_alike, stage_layers, stage_ranges
 from trainmem.memory.estimate import MemoryEstimate, estimate
 from trainmem.model.spec import ModelSpec
 from trainmem.perf import StepTime, grad_sync_seconds, optimizer_seconds
@@ -94,21 +94,6 @@ class StageLayout:
 
 
 # --------------------------------------------------------------------------- one stage for the estimator
-_UNIFORM: dict[int, tuple[ModelSpec, bool]] = {}
-
-
-def _uniform_layers(spec: ModelSpec) -> bool:
-    """Every decoder layer alike (parameters and kind): any block of ``n`` layers is the same stage."""
-    got = _UNIFORM.get(id(spec))
-    if got is None or got[0] is not spec:
-        layers, moe = spec.params.layers, set(spec.moe_layer_indices)
-        got = (spec, all(lp == layers[0] for lp in layers) and len(moe) in (0, spec.num_layers))
-        if len(_UNIFORM) > 1024:
-            _UNIFORM.clear()
-        _UNIFORM[id(spec)] = got
-    return got[1]
-
-
 def stage_estimate(spec: ModelSpec, setup: TrainingSetup, layers_per_stage: Sequence[int], stage: int) -> MemoryEstimate:
     """The estimator's peak of pipeline ``stage`` of an uneven split (``setup.pp == len(layers_per_stage)``):
     the setup with that split as its ``stage_layers``."""
@@ -253,7 +238,7 @@ class _Staged:
         moe = set(spec.moe_layer_indices)
         for i in range(spec.num_layers):
             self.moe_prefix.append(self.moe_prefix[-1] + (i in moe))
-        self.uniform = _uniform_layers(spec)
+        self.uniform = layers_alike(spec)
         self._times: dict[tuple, _TypeTimes] = {}
         self._edges: dict[tuple, tuple[dict[str, float], dict[str, float]]] = {}
         self._hops: dict[tuple, float] = {}
