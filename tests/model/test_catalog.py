@@ -46,6 +46,30 @@ PUBLISHED_TOTALS = {
     "pythia-1b": 1_011_781_632,
     "falcon-7b": 6_921_720_704,
     "deepseek-v2-lite": 15_706_484_224,
+    # Added later; each the exact transformers build, matching the card / hub figure in parentheses and, where
+    # keras-hub publishes one, its preset's exact count.
+    "qwen3-0.6b": 596_049_920,  # 0.6B (0.44B non-embedding); keras-hub qwen3_0.6b_en
+    "qwen3-1.7b": 1_720_574_976,  # 1.7B (1.4B non-embedding); keras-hub qwen3_1.7b_en
+    "qwen3-4b": 4_022_468_096,  # 4.0B (3.6B non-embedding); keras-hub qwen3_4b_en
+    "qwen3-14b": 14_768_307_200,  # 14.8B (13.2B non-embedding); keras-hub qwen3_14b_en
+    "qwen3-32b": 32_762_123_264,  # 32.8B (31.2B non-embedding); keras-hub qwen3_32b_en
+    "qwen3-235b-a22b": 235_093_634_560,  # 235B total, 22B active; keras-hub qwen3_moe_235b_a22b_en
+    "qwen2.5-3b": 3_085_938_688,  # 3.09B (2.77B non-embedding); keras-hub qwen2.5 3B
+    "llama-3.3-70b": 70_553_706_496,  # derived: llama-3.1-70b's config
+    "mistral-nemo-12b": 12_247_782_400,  # 12.2B (head_dim 128 != 5120/32)
+    "mistral-small-24b": 23_572_403_200,  # 24B (23.6B); keras-hub magistral_small (same shapes)
+    "mixtral-8x22b": 140_620_634_112,  # 141B total, 39B active
+    "phi-4": 14_659_507_200,  # 14B (14.7B)
+    "phi-3-medium-4k": 13_960_238_080,  # 14B (14.0B)
+    "gemma-2-27b": 27_227_128_320,  # 27.2B; keras-hub gemma2_27b_en
+    # Gemma 3 (multimodal configs): the text model only, vocabulary 262,208 (Gemma3TextConfig's default);
+    # non-embedding parts equal the Gemma 3 report's 3,209M / 10,759M / 25,600M
+    "gemma-3-4b": 3_880_263_168,
+    "gemma-3-12b": 11_766_034_176,
+    "gemma-3-27b": 27_009_346_304,
+    "deepseek-v2": 235_741_434_880,  # 236B total, 21B active
+    "yi-34b": 34_388_917_248,  # 34B (34.4B)
+    "smollm2-1.7b": 1_711_376_384,  # 1.7B (1.71B)
     # OpenAI's model card gives these to 10 M (test_gpt_oss_totals_match_the_model_card): transformers' build
     "gpt-oss-20b": 20_914_757_184,
     "gpt-oss-120b": 116_829_156_672,
@@ -170,13 +194,23 @@ def test_loose_names_and_derived_entries():
     assert normalize_model_name("qwen2.5-7b")[0] != normalize_model_name("qwen2-57b")[0]  # dots are kept
     assert match_catalog("mistralai/Mistral-7B-Instruct-v0.2") is None  # not the v0.1 shapes
     derived = {e.name: e for e in list_models() if e.derived_from}
-    assert set(derived) == {"llama-3-8b", "llama-3-70b"}
+    assert set(derived) == {"llama-3-8b", "llama-3-70b", "llama-3.3-70b"}
+    changed = {"llama-3-8b": ("max_position_embeddings", "rope_scaling"),
+               "llama-3-70b": ("max_position_embeddings", "rope_scaling"), "llama-3.3-70b": ("eos_token_id",)}
     for entry in derived.values():
         base = find_entry(entry.derived_from)
         assert entry.source.startswith(base.source + " with ")
-        assert entry.config["max_position_embeddings"] == 8192 and entry.config["rope_scaling"] is None
-        assert {k: v for k, v in entry.config.items() if k not in ("max_position_embeddings", "rope_scaling")} == \
-            {k: v for k, v in base.config.items() if k not in ("max_position_embeddings", "rope_scaling")}
+        keys = changed[entry.name]
+        assert {k: v for k, v in entry.config.items() if k not in keys} == \
+            {k: v for k, v in base.config.items() if k not in keys}
+        assert load_catalog_spec(entry.name).n_params == load_catalog_spec(base.name).n_params
+    for name in ("llama-3-8b", "llama-3-70b"):
+        assert derived[name].config["max_position_embeddings"] == 8192 and derived[name].config["rope_scaling"] is None
+    llama33 = derived["llama-3.3-70b"]
+    assert (llama33.derived_from, llama33.hf_id) == ("llama-3.1-70b", "meta-llama/Llama-3.3-70B-Instruct")
+    assert llama33.config["eos_token_id"] == [128001, 128008, 128009]
+    assert llama33.config["max_position_embeddings"] == 131072 and llama33.config["rope_scaling"]["rope_type"] == "llama3"
+    assert match_catalog("meta-llama/Llama-3.3-70B-Instruct") == (llama33, "")  # the hub id is the instruct model
 
 
 def test_spec_fields_of_catalog_models():
@@ -193,3 +227,33 @@ def test_spec_fields_of_catalog_models():
     bert = load_catalog_spec("bert-large-uncased")
     assert bert.is_encoder and bert.params.position_embedding == (512 + 2) * 1024
     assert load_catalog_spec("gpt2").position == "learned"
+
+
+def test_added_models_shapes():
+    """Fields that the added entries get wrong most easily."""
+    nemo = load_catalog_spec("mistral-nemo-12b")
+    assert (nemo.hidden_size, nemo.num_attention_heads, nemo.head_dim) == (5120, 32, 128)  # 128 != 5120/32
+    assert nemo.sliding_window is None and nemo.vocab_size == 131_072
+    assert load_catalog_spec("mistral-small-24b").head_dim == 128
+    assert load_catalog_spec("phi-4").model_type == "phi3" and load_catalog_spec("phi-3-medium-4k").sliding_window == 2047
+    for name, layers in (("gemma-3-4b", 34), ("gemma-3-12b", 48), ("gemma-3-27b", 62)):
+        spec = load_catalog_spec(name)  # a multimodal config.json: only its text model is built (and trained)
+        assert find_entry(name).config["model_type"] == "gemma3" and "vision_config" in find_entry(name).config
+        assert (spec.model_type, spec.architecture, spec.num_layers) == ("gemma3_text", "Gemma3ForCausalLM", layers)
+        assert spec.vocab_size == 262_208 and spec.sliding_window == 1024 and spec.tie_word_embeddings
+    assert load_catalog_spec("gemma-3-27b").head_dim == 128 and load_catalog_spec("gemma-3-4b").head_dim == 256
+    v2 = load_catalog_spec("deepseek-v2")
+    assert (v2.num_experts, v2.num_experts_per_tok, v2.num_shared_experts) == (160, 6, 2)
+    assert v2.moe_layer_indices == tuple(range(1, 60))
+
+
+def test_moe_active_parameters_match_the_model_cards():
+    """Qwen3-235B-A22B: 22B activated; Mixtral-8x22B: 39B active; DeepSeek-V2: 21B activated. Per token: every
+    layer's attention, norms, router, dense MLP and shared experts, top-k of the routed experts, the final norm and
+    the unembedding; the figures round alike with the embedding table counted or not."""
+    for name, card in (("qwen3-235b-a22b", 22), ("mixtral-8x22b", 39), ("deepseek-v2", 21)):
+        spec = load_catalog_spec(name)
+        k, e = spec.num_experts_per_tok, spec.num_experts
+        active = sum(lp.attention + lp.norms + lp.router + lp.mlp + lp.shared_experts + lp.experts * k // e
+                     for lp in spec.params.layers) + spec.params.final_norm + spec.params.lm_head
+        assert round(active / 1e9) == round((active + spec.params.embedding) / 1e9) == card, name

@@ -15,7 +15,9 @@ word is dropped, so a name with different shapes (``Mistral-7B-Instruct-v0.2``) 
 
 ``_DERIVED`` adds catalog entries whose config differs from a bundled one only in settings without
 parameters: Llama-3 8B/70B are Llama-3.1's shapes with an 8192-token context and no rope scaling
-(Meta's Llama 3 model card: 8k context; Llama 3.1: 128k with "llama3" rope scaling).
+(Meta's Llama 3 model card: 8k context; Llama 3.1: 128k with "llama3" rope scaling); Llama-3.3-70B
+(released as an instruct model only) is Llama-3.1-70B's config with the instruct models' three end-of-turn
+token ids (its hub config.json also spells out head_dim 128 = 8192/64).
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ _DERIVED: tuple[tuple[str, str, str, tuple[str, ...], dict[str, Any], str], ...]
      {"max_position_embeddings": 8192, "rope_scaling": None},
      "Meta-Llama-3-70B has the layer shapes of llama-3.1-70b (same parameters); its context is 8192 tokens "
      "without rope scaling (3.1: 131072, llama3 rope scaling)"),
+    ("llama-3.3-70b", "llama-3.1-70b", "meta-llama/Llama-3.3-70B-Instruct", ("llama3.3-70b",),
+     {"eos_token_id": [128001, 128008, 128009]},
+     "Llama-3.3-70B-Instruct has the config of llama-3.1-70b (same shapes and parameters: 70,553,706,496; the same "
+     "131072-token context and llama3 rope scaling); only its end-of-turn token ids differ"),
 )
 
 
