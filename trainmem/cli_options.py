@@ -33,6 +33,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("optimizer_impl", _S, "--optimizer-impl", "foreach (torch.optim's default) | fused (HF Trainer's adamw_torch_fused, "
                                                "torchtitan) [foreach]"),
     ("recompute", _S, "--recompute", "none|selective|full"),
+    ("recompute_layers", _I, "--recompute-layers", "with --recompute full: checkpoint only the first N layers of each "
+                                                   "pipeline stage (Megatron --recompute-method block) [all]"),
     ("attn", _S, "--attn", "sdpa|flash|eager"),
     ("backward_prefetch", _S, "--backward-prefetch", "fsdp2 zero 3, step time: pre (FSDP2, FSDP1 BACKWARD_PRE) | "
                                                      "post (FSDP1 BACKWARD_POST, Composer) [pre]"),

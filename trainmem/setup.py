@@ -15,6 +15,8 @@ seq_len            2048            tokens per sequence
 micro_batch        1               sequences per micro-batch per data-parallel rank
 grad_accum         1               micro-batches per optimizer step
 recompute          none            none | selective | full
+recompute_layers   all (full)      with full: checkpoint only the first N decoder layers of each pipeline stage
+                                   (Megatron-LM --recompute-method block --recompute-num-layers N); the rest keep all
 attn               sdpa            sdpa | flash | eager
 backward_prefetch  pre             step time only, fsdp2 zero 3: pre (FSDP2; FSDP1 BACKWARD_PRE, Accelerate's default) |
                                    post (FSDP1 BACKWARD_POST, Composer's default: backward all-gathers exposed)
@@ -108,6 +110,12 @@ class TrainingSetup(BaseModel):
     micro_batch: int = Field(1, ge=1)
     grad_accum: int = Field(1, ge=1)
     recompute: Recompute = "none"
+    recompute_layers: int | None = Field(None, ge=0)
+    """With ``recompute`` full: only the first N decoder layers of each pipeline stage are checkpointed, the
+    others keep every saved tensor as without recompute — Megatron-Core's ``recompute_method="block"``
+    (``--recompute-method block --recompute-num-layers N``; megatron/core/transformer/transformer_block.py
+    ``_checkpointed_forward``, core_v0.19.0), or a custom loop wrapping the first N layers. ``None``: every
+    layer (``--recompute-method uniform --recompute-num-layers 1``, HF gradient checkpointing)."""
     attn: Attn = "sdpa"
     loop: Loop = "trainer"
     loss: Loss = "hf"
@@ -235,6 +243,8 @@ class TrainingSetup(BaseModel):
         if e == "fsdp2" and self.cp > 1 and self.attn == "eager":
             raise ValueError("--cp with --attn eager: torch's context parallelism shards F.scaled_dot_product_attention "
                              "(torch.distributed.tensor.experimental.context_parallel); use --attn sdpa or flash")
+        if self.recompute_layers is not None:
+            self._check_recompute_layers()
         if self.attn == "flash" and p == "fp32":
             raise ValueError("flash attention needs 16-bit compute; fp32 cannot use --attn flash")
         if self.backward_prefetch == "post" and not (e == "fsdp2" and self.zero == 3):
@@ -288,6 +298,25 @@ class TrainingSetup(BaseModel):
         if not self.lora_targets:
             raise ValueError("lora_targets is empty")
         return self
+
+    def _check_recompute_layers(self) -> None:
+        if self.recompute != "full":
+            raise ValueError(f"--recompute-layers {self.recompute_layers} checkpoints the first N layers of each stage: "
+                             f"it needs --recompute full (got {self.recompute})")
+        if self.vpp > 1:
+            raise ValueError("--recompute-layers with vpp > 1 is not modelled (Megatron counts it per virtual chunk)")
+        if self.lora_rank:
+            raise ValueError("--recompute-layers with LoRA is not modelled; use --recompute full or none")
+        if self.engine == "fsdp2" and self.cp > 1:
+            raise ValueError("--recompute-layers with torch context parallelism is not modelled; "
+                             "use --recompute full or none")
+
+    def recomputes(self, j: int) -> str:
+        """The recompute of the decoder layer at position ``j`` of its pipeline stage: the setup's own,
+        except ``none`` for layers past ``recompute_layers`` (block method)."""
+        if self.recompute_layers is not None and j >= self.recompute_layers:
+            return "none"
+        return self.recompute
 
     def _resolve_parallel_defaults(self) -> None:
         """Sequence and loss parallelism as each engine runs them with tp > 1: torchtitan's TP plan always
@@ -387,6 +416,8 @@ def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
     if setup.stage_layers is not None and sum(setup.stage_layers) != spec.num_layers:
         raise ConfigError(f"--stage-layers {','.join(map(str, setup.stage_layers))} sums to {sum(setup.stage_layers)}, "
                           f"not num_layers({spec.num_layers})")
+    if setup.recompute_layers is not None and spec.model_type == "gpt_oss":
+        raise ConfigError("--recompute-layers is not modelled for gpt_oss; use --recompute full or none")
     if setup.vpp > 1 and setup.stage_layers is None and spec.num_layers % (setup.pp * setup.vpp):
         raise ConfigError(f"num_layers({spec.num_layers}) is not divisible by pp({setup.pp}) * vpp({setup.vpp}); "
                           "give the split with --stage-layers")

@@ -67,6 +67,11 @@ CASES = [
     # chunked: k weight-gradient contributions summed in place; loop script; FSDP2
     ("llama-gqa", dict(precision="bf16", seq_len=256, micro_batch=4, loss="chunked", loss_chunks=16, loop="script")),
     ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, engine="fsdp2", gpus=2, loss="chunked")),
+    # block recompute: only the first N layers checkpointed (the tracer clears the others' gradient_checkpointing)
+    ("llama-gqa", dict(precision="bf16", seq_len=512, micro_batch=4, recompute="full", recompute_layers=1)),
+    ("llama-gqa", dict(precision="bf16", seq_len=512, micro_batch=4, recompute="full", recompute_layers=2,
+                       engine="fsdp2", gpus=4)),
+    ("qwen2", dict(precision="bf16", seq_len=256, micro_batch=4, recompute="full", recompute_layers=1, grad_accum=2)),
 ]
 
 

@@ -50,6 +50,9 @@ def reason(setup: TrainingSetup) -> str | None:
                "the torchtitan plan estimated; use --export torchtitan"
     if s.recompute == "selective":
         return "Accelerate checkpoints whole layers only; use recompute full or none"
+    if s.recompute_layers is not None:
+        return ("Accelerate's activation checkpointing wraps every decoder layer; --recompute-layers is not "
+                "expressible (use --export megatron, or recompute full)")
     if s.engine == "fsdp2" and s.precision in ("amp-bf16", "amp-fp16", "fp8"):
         return "Accelerate's FSDP2 mixed precision reduces gradients in 16 bits, the estimate in fp32; use " \
                "--precision bf16 or fp32, or --export torchtitan"

@@ -48,6 +48,9 @@ def reason(setup: TrainingSetup) -> str | None:
                 "not in ds_config.json; use ep 1")
     if s.recompute == "selective":
         return "DeepSpeed with HF models recomputes whole layers (gradient checkpointing); use recompute full or none"
+    if s.recompute_layers is not None:
+        return ("HF gradient checkpointing (--gradient_checkpointing) checkpoints every decoder layer; "
+                "--recompute-layers needs the training script to wrap the first layers itself")
     if s.optimizer not in _OPTIMIZERS:
         return (f"DeepSpeed's optimizer block has Adam, AdamW and Lion; {s.optimizer} would be a client "
                 "optimizer of the training script")

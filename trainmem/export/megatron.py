@@ -8,7 +8,8 @@ buffer (automatic with ``--bf16``; ``--accumulate-allreduce-grads-in-fp32`` with
 otherwise accumulate in fp16), or 16-bit main grads with ``--grad-reduce-in-bf16`` (plain ``--fp16``) for
 ``grad_reduce_16bit``; ``--recompute-granularity selective`` (core attention, the default
 ``--recompute-modules``) or ``full`` with ``--recompute-method uniform --recompute-num-layers 1`` (every layer's
-input kept); the interleaved schedule as ``--num-layers-per-virtual-pipeline-stage`` (the tag has no
+input kept), or ``--recompute-method block --recompute-num-layers N`` for ``recompute_layers`` (the first N layers
+of each stage); the interleaved schedule as ``--num-layers-per-virtual-pipeline-stage`` (the tag has no
 ``--virtual-pipeline-model-parallel-size`` flag); expert tensor parallelism = tp (experts ÷ ep ÷ tp, as the
 estimate shards them); ``--padded-vocab-size`` = the model's vocabulary (Megatron would otherwise pad it to a
 multiple of 128·tp); dropout at the model's own rates (Megatron's default is 0.1); fp8 as
@@ -225,6 +226,9 @@ def _training_args(setup: TrainingSetup) -> list[list[object]]:
                      *(["--fp8-param-gather"] if s.fp8_params else [])])
     if s.recompute == "selective":
         args.append(["--recompute-granularity", "selective"])
+    elif s.recompute == "full" and s.recompute_layers is not None:  # the first N layers of each stage
+        args.append(["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers",
+                     s.recompute_layers])
     elif s.recompute == "full":
         args.append(["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1])
     args.append(["--attention-backend", _ATTN[s.attn]])

@@ -71,6 +71,10 @@ def reason(setup: TrainingSetup) -> str | None:
         return "torchtitan always applies sequence parallelism with tensor parallelism; drop --no-sp"
     if s.attn == "eager":
         return "torchtitan's models run SDPA attention; eager attention has no setting"
+    if s.recompute_layers is not None:
+        return ("torchtitan checkpoints every k-th layer of the model (selective_ac_option = \"k\", "
+                "torchtitan/distributed/activation_checkpoint.py), not the first N of each stage; "
+                "--recompute-layers is not expressible")
     if s.precision == "fp8" and s.fp8_backend == "te":
         return "torchtitan's float8 is torchao's Float8Linear; Transformer Engine linears (--fp8-backend te) have no setting"
     if s.loss != "hf" or s.loop != "trainer":

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainmem.memory.activations import (LayerSaved, compute_bytes, eager_softmax_bytes, gpt_oss_forward_peak_bytes,
-                                         is_amp, layer_saved, model_wide_saved_bytes, residual_bytes,
-                                         sdpa_math_fallback, sink_attention_backward_bytes, torch_cp)
+                                         is_amp, layer_saved, model_wide_saved_bytes, plain_mlp_act_saved_per_elem,
+                                         residual_bytes, sdpa_math_fallback, sink_attention_backward_bytes,
+                                         te_fp8_linears, torch_cp)
 from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
 from trainmem.memory.states import RankParams, layers_of_stage, lora_param_count
 from trainmem.model.spec import ModelSpec
@@ -118,7 +119,7 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
         layer_experts=[0 if s.is_lora else spec.params.layers[i].experts // s.ep // s.tp for i in layer_ids],
         head_train=head_train, emb_train=0 if s.is_lora else (rp.embedding if first else 0),
         saved=saved, saved_eff=_saved_under_recompute(spec, s, layer_kind, saved, layer_ids, fp8),
-        parts=[_layer_parts(spec, s, ls) for ls in layer_kind], copies=copies,
+        parts=[_layer_parts(spec, s, ls, fp8) for ls in layer_kind], copies=copies,
         copy_frac=[_mlp_copy_fraction(spec, i) for i in layer_ids],
         mlp_frac=[_mlp_param_fraction(spec, i) for i in layer_ids],
         norm_part=next((t.bytes for t in layer_kind[-1].terms if t.name == "input_norm"), 0) if layer_ids else 0,
@@ -134,9 +135,12 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
 def kept_per_layer(spec: ModelSpec, s: TrainingSetup) -> list[int]:
     """What each layer of the model keeps through the forward under ``s.recompute`` (bytes of one
     micro-batch): ``StepPlan.saved_eff`` without building the rest of the plan (the planner's bound)."""
-    ids = list(range(spec.num_layers))
-    kinds = _layer_kinds(spec, s, ids)
-    return _saved_under_recompute(spec, s, kinds, [ls.total_bytes for ls in kinds], ids)
+    out: list[int] = []
+    for stage in range(s.pp):  # (positions within each stage: the block method counts per stage)
+        ids = list(layers_of_stage(spec, s, stage))
+        kinds = _layer_kinds(spec, s, ids)
+        out += _saved_under_recompute(spec, s, kinds, [ls.total_bytes for ls in kinds], ids)
+    return out
 
 
 def _layer_kinds(spec: ModelSpec, s: TrainingSetup, layer_ids: list[int], fp8: bool = False) -> list[LayerSaved]:
@@ -169,8 +173,9 @@ def _saved_under_recompute(spec: ModelSpec, s: TrainingSetup, kinds: list[LayerS
             return [per_kind[i in spec.moe_layer_indices] for i in layer_ids]
         return [_selective(s, ls) for ls in kinds]
     if s.recompute == "full":
+        # (block method: the first recompute_layers of the stage keep their checkpointed input only)
         ckpt_input = residual_bytes(s) * (s.micro_batch * s.seq_len // s.cp) * spec.hidden_size // (s.tp if s.sp else 1)
-        return [ckpt_input for _ in kinds]
+        return [ckpt_input if s.recomputes(j) == "full" else n for j, n in enumerate(saved)]
     return saved
 
 
@@ -261,7 +266,7 @@ def _bulk_runs(plan: StepPlan) -> tuple[dict[int, list[int]], set[int]]:
     return bulk_of, skip
 
 
-def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int, int, int, int]:
+def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved, fp8: bool = False) -> tuple[int, int, int, int]:
     """A layer's saved bytes as (MLP output projection's input, rest of the MLP block, attention
     tensors released before the attention core's backward (o_proj input; eager: probabilities'
     16-bit copy and v), the rest of attention and norms). Backward runs the MLP first: once down_proj's
@@ -278,6 +283,9 @@ def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int
     for t in ls.terms:
         if s.is_lora:  # frozen output projection: only its adapter's input and rank activation (activations.py)
             prod += t.bytes if t.name == "lora_down_input" else 0
+        elif t.name == "mlp_intermediate" and not spec.mlp_gated and spec.hidden_act in ("relu", "relu2"):
+            kept, down_only = plain_mlp_act_saved_per_elem(spec, s, te_fp8_linears(s, fp8))
+            prod = int(t.bytes * down_only / kept)  # (relu: fc2 reads relu's own saved output: nothing alone)
         elif t.name == "mlp_intermediate":
             prod = t.bytes // (4 if spec.mlp_gated else (5 if spec.hidden_act == "gelu_new" else 2))
             if spec.hidden_act == "gelu_new" and is_amp(s):

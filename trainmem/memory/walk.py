@@ -26,7 +26,8 @@ class StepWalk:
                  loss: LossBuffers, tl: Timeline) -> None:
         self.spec, self.s, self.plan, self.eng, self.loss, self.tl = spec, s, plan, engine, loss, tl
         self.first, self.last = stage == 0, stage == s.pp - 1
-        self.recompute = s.recompute
+        # each layer's recompute (``recompute_layers``: the stage's first N full, the rest none)
+        self.rc = [s.recomputes(j) for j in range(len(plan.layer_ids))]
         # Pipeline: stage i of p keeps min(p - i, m) micro-batches in flight (1F1B); interleaving with
         # v chunks adds (p - 1)/(p·v) on the first stage (Megatron's memory report).
         self.in_flight = min(s.pp - stage, s.grad_accum) if s.pp > 1 else 1
@@ -97,13 +98,14 @@ class StepWalk:
             tl.alloc(f"stageout{mb}", "activations", p.gstream)
         if self.last:
             self.loss_forward(mb)
-        if self.recompute == "full":
-            # Checkpointed layers save no weights: their 16-bit copies were held only by autocast's
-            # cast cache, which is cleared when the autocast region (forward + loss) ends.
-            for idx in p.layer_ids:
+        # Checkpointed layers save no weights: their 16-bit copies were held only by autocast's
+        # cast cache, which is cleared when the autocast region (forward + loss) ends.
+        for j, idx in enumerate(p.layer_ids):
+            if self.rc[j] == "full":
                 for suffix in ("", ".d", ".m"):
                     tl.free(f"wcopy{mb}.{idx}{suffix}")
-            for j0 in p.bulk_of:
+        for j0 in p.bulk_of:
+            if self.rc[j0] == "full":
                 tl.free(f"wcopybulk{mb}.{j0}")
 
     def layer_forward(self, mb: int, j: int) -> None:
@@ -111,11 +113,12 @@ class StepWalk:
         idx = p.layer_ids[j]
         self.eng.layer_forward_start(j)
         lora_tmp = lora_forward_frame_bytes(self.spec, s, idx) if s.is_lora else 0  # (in its adapted down_proj)
-        full = self.recompute == "full"
+        rc = self.rc[j]
+        full = rc == "full"
         tl.spike(f"fwdtmp{mb}.{idx}", "activations", (max(p.fwd_tmp, lora_tmp) + p.saved[j]) if full else p.fwd_tmp)
         if not full:
-            prod, mlp_rest, early, attn = p.kept_parts(j, self.recompute)
-            nrm = min(attn, p.norm_part) if self.recompute == "none" else 0
+            prod, mlp_rest, early, attn = p.kept_parts(j, rc)
+            nrm = min(attn, p.norm_part) if rc == "none" else 0
             tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
             tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
             tl.alloc(f"act{mb}.{idx}.e", "activations", early)
@@ -135,7 +138,8 @@ class StepWalk:
         """Forward of a block of identical layers: what they leave behind, in one allocation."""
         p, n, j0 = self.plan, len(js), js[0]
         self.eng.bulk_forward_start(js)
-        per = sum(_r(x) for x in p.kept_parts(j0, self.recompute)) if self.recompute != "full" else _r(p.saved_eff[j0])
+        rc = self.rc[j0]  # (a block's layers are alike: saved_eff equal, one recompute)
+        per = sum(_r(x) for x in p.kept_parts(j0, rc)) if rc != "full" else _r(p.saved_eff[j0])
         self.tl.alloc(f"actbulk{mb}.{j0}", "activations", per * n)
         self.tl.alloc(f"wcopybulk{mb}.{j0}", "activations", sum(_r(x) for x in p.copy_pieces(j0)) * n)
 
@@ -246,10 +250,10 @@ class StepWalk:
         tl.free(f"losskept{mb}")
 
     def layer_backward(self, mb: int, j: int) -> None:
-        tl, p, eng, rc = self.tl, self.plan, self.eng, self.recompute
+        tl, p, eng, rc = self.tl, self.plan, self.eng, self.rc
         idx, T = p.layer_ids[j], p.tokens
         eng.layer_backward_start(j)
-        if rc != "none" and j == len(p.layer_ids) - 1:
+        if rc[j] != "none" and j == len(p.layer_ids) - 1:
             self.recompute_layer(mb, j)
         n_down, n_mlp_rest, n_o, n_attn_rest = p.grad_pieces(j)
         # MLP backward: the output projection's grads, then its saved input and weight copy go (the
@@ -270,7 +274,7 @@ class StepWalk:
         # the input norm's backward, its own saved tensors still alive
         tl.spike(f"normbwd{mb}.{idx}", "temporaries", p.norm_bwd)
         tl.free(f"act{mb}.{idx}.n")
-        if rc != "none" and j > 0 and (j - 1) not in p.skip and (j - 1) not in p.bulk_of:
+        if j > 0 and rc[j - 1] != "none" and (j - 1) not in p.skip and (j - 1) not in p.bulk_of:
             # non-reentrant checkpointing recomputes the layer below once autograd reaches a node of it
             # that unpacks a saved tensor
             self.recompute_layer(mb, j - 1)
@@ -283,7 +287,7 @@ class StepWalk:
         self._free_all(f"actbulk{mb}.{j0}", f"wcopybulk{mb}.{j0}")
         self.eng.bulk_grads(j0, len(js))
         self.eng.bulk_backward_end(js)
-        if self.recompute != "none" and j0 > 0:
+        if j0 > 0 and self.rc[j0 - 1] != "none":
             self.recompute_layer(mb, j0 - 1)
 
     def recompute_layer(self, mb: int, j: int) -> None:
@@ -291,11 +295,11 @@ class StepWalk:
         weight copies) come back before its backward. (selective: only what the policy dropped)"""
         tl, p, s = self.tl, self.plan, self.s
         idx = p.layer_ids[j]
-        full = self.recompute == "full"
+        full = self.rc[j] == "full"
         if full:
             prod, mlp_rest, early, attn = p.parts[j]
         else:
-            prod, mlp_rest, early, attn = (a - b for a, b in zip(p.parts[j], p.kept_parts(j, self.recompute)))
+            prod, mlp_rest, early, attn = (a - b for a, b in zip(p.parts[j], p.kept_parts(j, self.rc[j])))
         tl.alloc(f"rc{mb}.{idx}.p", "activations", prod)
         tl.alloc(f"rc{mb}.{idx}.m", "activations", mlp_rest)
         tl.alloc(f"rc{mb}.{idx}.e", "activations", early)

@@ -300,6 +300,23 @@ def _torch_cp_seconds(spec: ModelSpec, s: TrainingSetup, ctx: Ctx, grp: GPUGroup
 
 def _stage(spec: ModelSpec, m: _Model, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, stage: int,
            counts: tuple[int, int] | None = None) -> _Stage:
+    """One pipeline stage's seconds per micro-batch. Block recompute (``recompute_layers`` N, Megatron-Core
+    ``recompute_method="block"``): N of the stage's n layers re-run their forward (and its TP/CP/EP
+    collectives), the others not, so every term is the layer-weighted mix N/n · full + (1 − N/n) · none;
+    layers are taken as alike (dense and MoE layers in proportion)."""
+    if s.recompute_layers is None:
+        return _stage_uniform(spec, m, s, ctx, grp, stage, counts)
+    full = _stage_uniform(spec, m, s.model_copy(update={"recompute_layers": None}), ctx, grp, stage, counts)
+    none = _stage_uniform(spec, m, s.model_copy(update={"recompute": "none", "recompute_layers": None}), ctx, grp,
+                          stage, counts)
+    f = min(s.recompute_layers, full.layers) / full.layers if full.layers else 0.0
+    mix = {k: f * getattr(full, k) + (1.0 - f) * getattr(none, k)
+           for k in ("fwd", "bwd", "recompute", "tp", "cp", "ep", "fwd_comm")}
+    return _Stage(**mix, layers=full.layers)
+
+
+def _stage_uniform(spec: ModelSpec, m: _Model, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, stage: int,
+                   counts: tuple[int, int] | None = None) -> _Stage:
     dense, moe, head, emb = _phases(spec, m, ctx, s)
     n_dense, n_moe = counts if counts is not None else _stage_counts(spec, m, s, stage)
     fwd = n_dense * dense.fwd + n_moe * moe.fwd
@@ -359,7 +376,7 @@ def _entry(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup, stage: int | None =
     """The memoised stage entry of a setup (keyed on the knobs a stage's time depends on); ``stage``: whose
     parameters the sync and optimizer figures count (default :func:`_sync_counts`)."""
     key = (id(spec), id(grp), s.engine, s.precision, s.fp8_backend, s.attn, s.attn_kernel, s.micro_batch, s.seq_len, s.cp, s.tp,
-           s.sp, s.ep, s.pp, s.stage_layers, s.recompute, s.loss, s.lora_rank, s.lora_targets, s.qlora, stage)
+           s.sp, s.ep, s.pp, s.stage_layers, s.recompute, s.recompute_layers, s.loss, s.lora_rank, s.lora_targets, s.qlora, stage)
     e = _ENTRIES.get(key)
     if e is not None and e.spec is spec and e.grp is grp:
         return e

@@ -85,6 +85,13 @@ def _build_model(spec: "ModelSpec", setup: "TrainingSetup") -> nn.Module:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:  # pragma: no cover - older transformers
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if setup.recompute_layers is not None:
+            # block method: only the first N layers stay checkpointed (GradientCheckpointingLayer reads
+            # its instance's ``gradient_checkpointing`` at each call, transformers/modeling_layers.py)
+            from transformers.modeling_layers import GradientCheckpointingLayer
+            layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+            for layer in layers[setup.recompute_layers:]:
+                layer.gradient_checkpointing = False
     if setup.is_lora:
         from trainmem.trace.lora import apply_lora
         model = apply_lora(model, spec, setup)
