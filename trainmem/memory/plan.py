@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainmem.memory.activations import (LayerSaved, compute_bytes, eager_softmax_bytes, gpt_oss_forward_peak_bytes,
-                                         is_amp, layer_saved, model_wide_saved_bytes, plain_mlp_act_saved_per_elem,
-                                         residual_bytes, sdpa_math_fallback, sink_attention_backward_bytes,
-                                         te_fp8_linears, torch_cp)
+                                         is_amp, layer_saved, model_wide_saved_bytes, residual_bytes,
+                                         sdpa_math_fallback, sink_attention_backward_bytes, torch_cp)
 from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
 from trainmem.memory.states import RankParams, layers_of_stage, lora_param_count
 from trainmem.model.spec import ModelSpec
@@ -119,7 +118,7 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
         layer_experts=[0 if s.is_lora else spec.params.layers[i].experts // s.ep // s.tp for i in layer_ids],
         head_train=head_train, emb_train=0 if s.is_lora else (rp.embedding if first else 0),
         saved=saved, saved_eff=_saved_under_recompute(spec, s, layer_kind, saved, layer_ids, fp8),
-        parts=[_layer_parts(spec, s, ls, fp8) for ls in layer_kind], copies=copies,
+        parts=[_layer_parts(spec, s, ls) for ls in layer_kind], copies=copies,
         copy_frac=[_mlp_copy_fraction(spec, i) for i in layer_ids],
         mlp_frac=[_mlp_param_fraction(spec, i) for i in layer_ids],
         norm_part=next((t.bytes for t in layer_kind[-1].terms if t.name == "input_norm"), 0) if layer_ids else 0,
@@ -266,7 +265,7 @@ def _bulk_runs(plan: StepPlan) -> tuple[dict[int, list[int]], set[int]]:
     return bulk_of, skip
 
 
-def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved, fp8: bool = False) -> tuple[int, int, int, int]:
+def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int, int, int, int]:
     """A layer's saved bytes as (MLP output projection's input, rest of the MLP block, attention
     tensors released before the attention core's backward (o_proj input; eager: probabilities'
     16-bit copy and v), the rest of attention and norms). Backward runs the MLP first: once down_proj's
@@ -283,9 +282,6 @@ def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved, fp8: bool = 
     for t in ls.terms:
         if s.is_lora:  # frozen output projection: only its adapter's input and rank activation (activations.py)
             prod += t.bytes if t.name == "lora_down_input" else 0
-        elif t.name == "mlp_intermediate" and not spec.mlp_gated and spec.hidden_act in ("relu", "relu2"):
-            kept, down_only = plain_mlp_act_saved_per_elem(spec, s, te_fp8_linears(s, fp8))
-            prod = int(t.bytes * down_only / kept)  # (relu: fc2 reads relu's own saved output: nothing alone)
         elif t.name == "mlp_intermediate":
             prod = t.bytes // (4 if spec.mlp_gated else (5 if spec.hidden_act == "gelu_new" else 2))
             if spec.hidden_act == "gelu_new" and is_amp(s):
