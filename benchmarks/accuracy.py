@@ -190,6 +190,10 @@ HOLDOUT: list[Case] = [
     # context parallelism: torch's ring attention on the fake process group (trace/cp.py)
     C("qwen2.5-1.5b", precision="amp-bf16", seq_len=8192, engine="fsdp2", gpus=8, cp=4),
     C("llama-3.2-3b", precision="bf16", seq_len=4096, micro_batch=2, recompute="full", engine="fsdp2", gpus=4, cp=2),
+    # block recompute (--recompute-layers: the first N layers checkpointed; added with it, not tuned on)
+    C("llama-3.2-1b", precision="amp-bf16", seq_len=2048, micro_batch=2, recompute="full", recompute_layers=8),
+    C("qwen2.5-1.5b", precision="bf16", seq_len=2048, micro_batch=2, recompute="full", recompute_layers=14,
+      engine="fsdp2", gpus=8),
 ]
 
 

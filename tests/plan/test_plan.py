@@ -290,3 +290,60 @@ def test_megatron_selective_refusal_does_not_imply_no_recompute_refused() -> Non
     f = replace(k, engine="fsdp2", zero=3)
     gs._refuse(f)  # noqa: SLF001
     assert gs.implied_refused(replace(f, recompute="none"))  # torch/fsdp2: monotonic (tests/memory/test_properties.py)
+
+
+# --------------------------------------------------------------------------- block recompute
+def test_block_recompute_levels_are_searched_under_megatron_only() -> None:
+    """Megatron without interleaving gets block-N levels (a quarter, half, three quarters of a stage's layers)
+    between none and full; the ladder from none forks into selective and the block levels, both ending in full."""
+    from trainmem.plan.space import Knobs, block_levels, recompute_fields, savers
+    assert block_levels(16) == ("block-4", "block-8", "block-12")
+    assert block_levels(3) == ("block-1", "block-2") and block_levels(1) == ()
+    assert recompute_fields("block-8") == {"recompute": "full", "recompute_layers": 8}
+    spec, _ = build("llama-3.2-1b", seq_len=2048)  # 16 layers
+    lim = SpaceLimits(gpus=4, gpus_per_node=4, global_batch=8, seq_len=2048)
+    by_engine: dict[str, set[str]] = {}
+    for k in configurations(spec, lim):
+        by_engine.setdefault(k.engine, set()).add(k.recompute)
+        if k.recompute.startswith("block-"):
+            assert k.engine == "megatron" and k.vpp == 1
+    assert {"block-4", "block-8", "block-12", "block-2", "block-6"} <= by_engine["megatron"]  # pp 1 and pp 2
+    assert all(not r.startswith("block-") for e, rs in by_engine.items() if e != "megatron" for r in rs)
+    k = Knobs("megatron", 4, 1, 1, 1, 1, 1, 1, "none", "none", 1, 2)
+    def more(k: Knobs, fixed: dict) -> list[str]:  # (the recompute savers; offload ones aside)
+        return [v.recompute for v in savers(k, fixed, spec) if v.offload == k.offload]
+
+    assert more(k, {}) == ["selective", "block-4"]
+    assert more(with_recompute(k, "block-4"), {}) == ["block-8"]
+    assert more(with_recompute(k, "block-12"), {}) == ["full"]
+    assert more(with_recompute(k, "selective"), {}) == ["full"]
+    assert more(k, {"recompute": "none"}) == []
+
+
+def with_recompute(k, r: str):  # noqa: ANN001, ANN201
+    from dataclasses import replace
+    return replace(k, recompute=r)
+
+
+def test_a_block_recompute_plan_wins_and_is_the_best_of_the_space() -> None:
+    """Llama-3.2-1B under Megatron on 2 × 24 GB at 4096 tokens, no context parallelism: no recompute does not
+    fit at dp 2, recomputing every layer is slower than recomputing a quarter of them; the search's best equals
+    estimating every configuration of that space, and its JSON says recompute full with 4 layers per stage."""
+    spec, _ = build("llama-3.2-1b", seq_len=4096)
+    fixed = {"engine": "megatron", "cp": 1}
+    req = _request(spec, "2xRTX-4090-24G", 16, 4096, top=1, fixed=fixed)
+    got = plan(req).plans[0]
+    group = req.cluster.groups[0]
+    gs = GroupSearch(req, group)
+    lim = SpaceLimits(gpus=2, gpus_per_node=group.gpus_per_node, global_batch=16, seq_len=4096)
+    best, best_k = 0.0, None
+    for k in configurations(spec, lim, fixed, ("megatron",)):
+        s = gs.setup(k)
+        if s is not None and fits_with_margin(estimate(spec, s), req.margin):
+            t = gs.time(s).tokens_per_second
+            if t > best:
+                best, best_k = t, k
+    assert got.tokens_per_second == pytest.approx(best, rel=1e-9)
+    assert best_k is not None and best_k.recompute.startswith("block-")
+    d = got.to_dict()
+    assert (d["recompute"], d["recompute_layers"]) == ("full", int(best_k.recompute[6:]))

@@ -306,13 +306,17 @@ def _stage(spec: ModelSpec, m: _Model, s: TrainingSetup, ctx: Ctx, grp: GPUGroup
     layers are taken as alike (dense and MoE layers in proportion)."""
     if s.recompute_layers is None:
         return _stage_uniform(spec, m, s, ctx, grp, stage, counts)
-    full = _stage_uniform(spec, m, s.model_copy(update={"recompute_layers": None}), ctx, grp, stage, counts)
-    none = _stage_uniform(spec, m, s.model_copy(update={"recompute": "none", "recompute_layers": None}), ctx, grp,
-                          stage, counts)
+    full = _stage_uniform(spec, m, _with(s, recompute_layers=None), ctx, grp, stage, counts)
+    none = _stage_uniform(spec, m, _with(s, recompute="none", recompute_layers=None), ctx, grp, stage, counts)
     f = min(s.recompute_layers, full.layers) / full.layers if full.layers else 0.0
     mix = {k: f * getattr(full, k) + (1.0 - f) * getattr(none, k)
            for k in ("fwd", "bwd", "recompute", "tp", "cp", "ep", "fwd_comm")}
     return _Stage(**mix, layers=full.layers)
+
+
+def _with(s: TrainingSetup, **fields: object) -> TrainingSetup:
+    """``s`` with ``fields`` changed: a validated setup or the planner's unvalidated view of one."""
+    return s.model_copy(update=fields) if isinstance(s, TrainingSetup) else s.replace(**fields)  # type: ignore[attr-defined]
 
 
 def _stage_uniform(spec: ModelSpec, m: _Model, s: TrainingSetup, ctx: Ctx, grp: GPUGroup, stage: int,

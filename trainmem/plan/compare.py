@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from trainmem.errors import TrainmemError
 from trainmem.hardware.cluster import GPUGroup, parse_cluster
 from trainmem.memory.estimate import estimate
+from trainmem.memory.states import layers_of_stage
 from trainmem.model.spec import ModelSpec
 from trainmem.perf import step_time
 from trainmem.plan.space import engine_precision
@@ -21,7 +22,8 @@ from trainmem.setup import FUSED_OPTIMIZERS, TrainingSetup, make_setup
 
 __all__ = ["Option", "techniques", "compare"]
 
-_SETUP_KEYS = ("engine", "precision", "micro_batch", "grad_accum", "recompute", "zero", "offload", "tp", "pp", "dp")
+_SETUP_KEYS = ("engine", "precision", "micro_batch", "grad_accum", "recompute", "recompute_layers", "zero", "offload",
+               "tp", "pp", "dp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +36,9 @@ def _group(setup: TrainingSetup) -> GPUGroup:
     return parse_cluster(f"{setup.gpus}x{setup.gpu}").groups[0]
 
 
-def techniques(s: TrainingSetup) -> Iterator[Option]:
-    """The trade-off table's rows that change something of ``s``."""
+def techniques(s: TrainingSetup, spec: ModelSpec | None = None) -> Iterator[Option]:
+    """The trade-off table's rows that change something of ``s`` (with ``spec``: block recompute of half of
+    each stage's layers too)."""
     for f in (2, 4):
         if s.micro_batch % f == 0:
             yield Option(f"gradient accumulation ×{f} (same global batch)",
@@ -44,8 +47,13 @@ def techniques(s: TrainingSetup) -> Iterator[Option]:
         for fam in ("bf16", "fp16"):
             yield Option(f"{fam} mixed precision", {"precision": engine_precision(s.engine, fam)})
     for r in ("selective", "full"):
-        if s.recompute != r and not (r == "selective" and s.engine == "deepspeed"):  # HF: whole layers only
-            yield Option(f"{r} recompute", {"recompute": r})
+        if (s.recompute, s.recompute_layers) != (r, None) and not (r == "selective" and s.engine == "deepspeed"):
+            yield Option(f"{r} recompute", {"recompute": r, "recompute_layers": None})  # (HF: whole layers only)
+    if spec is not None and s.engine != "deepspeed":
+        n = len(layers_of_stage(spec, s, 0))
+        if n > 1 and (s.recompute, s.recompute_layers) != ("full", n // 2):
+            yield Option(f"full recompute of {n // 2} of {n} layers per stage (block)",
+                         {"recompute": "full", "recompute_layers": n // 2})
     yield from _sharding(s)
     yield from _optimizer(s)
     yield from _offload(s)
@@ -138,7 +146,7 @@ def compare(spec: ModelSpec, s: TrainingSetup) -> dict:
                         "device_total_bytes": base_m.device_total_bytes, "fits": base_m.fits,
                         "step_seconds": base_t.step_seconds, "tokens_per_second": base_t.tokens_per_second},
            "options": [], "not_applicable": []}
-    for opt in techniques(s):
+    for opt in techniques(s, spec):
         try:
             s2 = _changed(s, opt.changes)
             m = estimate(spec, s2)

@@ -28,7 +28,7 @@ def label(p: Plan) -> str:
     parts.append(f"dp{p.dp}")
     if k.engine != "torch":
         parts.append(f"zero{k.zero}")
-    if k.recompute != "none":
+    if k.recompute != "none":  # (block-N: full recompute of the first N layers of each stage)
         parts.append(k.recompute)
     if k.offload != "none":
         parts.append(f"offload {k.offload}")

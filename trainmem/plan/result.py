@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from trainmem.memory.estimate import MemoryEstimate
 from trainmem.perf import StepTime
-from trainmem.plan.space import Knobs
+from trainmem.plan.space import Knobs, recompute_fields
 from trainmem.setup import TrainingSetup
 
 if TYPE_CHECKING:
@@ -35,6 +35,13 @@ class GroupShare:
                 "device_total_bytes": self.memory.device_total_bytes,
                 "gpu_memory_bytes": self.memory.gpu_memory_bytes,
                 "step_seconds": self.time.step_seconds}
+
+
+def _recompute_keys(recompute: str) -> dict[str, object]:
+    """``recompute`` as the setup names it (none/selective/full) and ``recompute_layers``: block recompute's
+    layers per stage (``block-N`` knobs), None when every layer (or none) is recomputed."""
+    f = recompute_fields(recompute)
+    return {"recompute": f["recompute"], "recompute_layers": f.get("recompute_layers")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +98,7 @@ class Plan:
         k, m = self.knobs, self.most_loaded.memory
         return {
             "gpus": self.gpus, "dp": self.dp, "tp": k.tp, "pp": k.pp, "vpp": k.vpp, "cp": k.cp, "ep": k.ep,
-            "engine": k.engine, "zero": k.zero, "recompute": k.recompute, "offload": k.offload,
+            "engine": k.engine, "zero": k.zero, **_recompute_keys(k.recompute), "offload": k.offload,
             "micro_batch": k.micro_batch, "grad_accum": k.grad_accum,
             "precision": self.shares[0].setup.precision,
             "per_gpu_type": self._per_gpu_type(),

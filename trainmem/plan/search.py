@@ -42,13 +42,12 @@ from trainmem.perf.step import step_overhead_seconds
 from trainmem.plan.bounds import logits_bytes, resident_bytes, stage_layer_params, states_lower_bound_bytes
 from trainmem.plan.result import GroupShare, Plan, PlanResult
 from trainmem.plan.space import (ENGINES, KNOB_KEYS, Knobs, SpaceLimits, configurations, engine_precision,
-                                 knob_stage_layers, savers, with_knobs)
+                                 knob_stage_layers, recompute_rank, savers, with_knobs)
 from trainmem.plan.view import SetupView
 from trainmem.setup import TrainingSetup, make_setup
 
 __all__ = ["PlanRequest", "GroupSearch", "plan", "fits_with_margin"]
 
-_RECOMPUTE_RANK = {"none": 0, "selective": 1, "full": 2}
 
 
 #: Setup extras that only Megatron runs: the other engines' configurations are searched without them.
@@ -174,12 +173,14 @@ class GroupSearch:
         """A refusal at (recompute r0, micro-batch m0) covers every larger micro-batch with less recompute, but
         Megatron's selective recompute is not below its no-recompute: with fused attention nothing s² is
         dropped and the checkpoint's v, a view of the fused qkv output, keeps that whole buffer
-        (trainmem/memory/megatron_activations.py), so a selective refusal there covers selective only."""
-        r = _RECOMPUTE_RANK[k.recompute]
-        sel = _RECOMPUTE_RANK["selective"]
-        exact = k.engine == "megatron"
-        return any((r == r0 if exact and r0 == sel else r <= r0) and k.micro_batch >= m0
-                   for r0, m0 in self._refused.get(k.structure(), ()))
+        (trainmem/memory/megatron_activations.py), so a selective refusal there covers selective only, and only a
+        full refusal covers selective (block recompute, none ≥ block-N ≥ full, is not ordered against it)."""
+        r = recompute_rank(k.recompute)
+        sel, full = recompute_rank("selective"), recompute_rank("full")
+        if k.engine == "megatron":
+            return any((r == sel if r0 == sel else (r0 == full if r == sel else r <= r0)) and k.micro_batch >= m0
+                       for r0, m0 in self._refused.get(k.structure(), ()))
+        return any(r <= r0 and k.micro_batch >= m0 for r0, m0 in self._refused.get(k.structure(), ()))
 
     def memory(self, k: Knobs, setup: TrainingSetup) -> MemoryEstimate | None:
         """The estimate if it fits with the margin, else None (and the refusal is remembered)."""
@@ -200,7 +201,7 @@ class GroupSearch:
         return ok
 
     def _refuse(self, k: Knobs) -> None:
-        self._refused.setdefault(k.structure(), []).append((_RECOMPUTE_RANK[k.recompute], k.micro_batch))
+        self._refused.setdefault(k.structure(), []).append((recompute_rank(k.recompute), k.micro_batch))
 
     def _floor_refuses(self, k: Knobs) -> bool:
         """Before a third estimate of a structure that memory refused twice, its least memory (full
@@ -292,12 +293,15 @@ class GroupSearch:
 
     def _saved_per_layer(self, k: Knobs) -> list[int]:
         """Each layer's kept bytes for one sequence, from the estimator's own step plan of the whole
-        model (pp = 1; a layer keeps the same whatever stage it is on)."""
-        key = (k.engine, k.tp, k.cp, k.ep, k.recompute)
+        model (pp = 1; a layer keeps the same whatever stage it is on — except under block recompute, which
+        checkpoints the first layers of each stage: there the configuration's own stages)."""
+        block = k.recompute.startswith("block-")
+        key = (k.engine, k.tp, k.cp, k.ep, k.recompute, k.pp if block else 1)
         got = self._layer_act.get(key)
         if got is None:
             got = [0] * self.req.spec.num_layers
-            s = self.setup(with_knobs(k, micro_batch=1, grad_accum=1, pp=1, vpp=1, dp=k.dp * k.pp))
+            s = self.setup(with_knobs(k, micro_batch=1, grad_accum=1, vpp=1) if block else
+                           with_knobs(k, micro_batch=1, grad_accum=1, pp=1, vpp=1, dp=k.dp * k.pp))
             if s is not None:
                 from trainmem.memory.plan import kept_per_layer
                 got = kept_per_layer(self.req.spec, s)
@@ -376,7 +380,7 @@ class _Frontier:
             self._add(self.gs.optimistic_tokens_per_second(k), self._OPTIMISTIC, k)
 
     def push_savers(self, k: Knobs) -> None:
-        for v in savers(k, self.fixed):
+        for v in savers(k, self.fixed, self.gs.req.spec):
             self.push(v)
 
     def pop(self, skip: Callable[[Knobs], bool], floor: float = 0.0) -> Knobs | None:

@@ -15,7 +15,10 @@ run and the estimator can validate, for a global batch that is preserved exactly
 - context parallelism in powers of two up to 32, ``seq_len % (2·cp) == 0``;
 - expert parallelism (MoE only) divides the experts and ``dp·cp·tp``;
 - Megatron and FSDP2 run TP with sequence parallelism (Megatron ``--sequence-parallel``; torchtitan's
-  SequenceParallel); DeepSpeed and the torch engine are data parallel only (as modelled).
+  SequenceParallel); DeepSpeed and the torch engine are data parallel only (as modelled);
+- recompute none, selective or full, and under Megatron without interleaving also *block* recompute of a
+  quarter, half or three quarters of a stage's layers (``block-N``: ``--recompute-method block
+  --recompute-num-layers N``, the setup's ``recompute_layers``), between no recompute and full.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from trainmem.memory.states import account_split, stage_layers, stage_ranges
 from trainmem.model.spec import ModelSpec
 
 __all__ = ["Knobs", "KNOB_KEYS", "SpaceLimits", "configurations", "divisors", "engine_precision", "parse_fix", "is_root",
-           "savers", "with_knobs", "knob_split", "knob_stage_layers", "ENGINES"]
+           "savers", "with_knobs", "knob_split", "knob_stage_layers", "block_levels", "recompute_fields", "recompute_rank",
+           "ENGINES"]
 
 ENGINES = ("megatron", "fsdp2", "deepspeed", "torch")
 KNOB_KEYS = ("engine", "dp", "tp", "pp", "vpp", "cp", "ep", "zero", "recompute", "offload", "micro_batch",
@@ -37,6 +41,30 @@ _ZERO = {"torch": (0,), "fsdp2": (2, 3), "deepspeed": (0, 1, 2, 3), "megatron": 
 _RECOMPUTE = ("none", "selective", "full")
 _MAX_CP = 32
 _MAX_VPP = 8
+#: Shares of a stage's layers that block recompute levels checkpoint (Megatron only).
+_BLOCK_SHARES = (0.25, 0.5, 0.75)
+
+
+def block_levels(layers_per_stage: int) -> tuple[str, ...]:
+    """The block-recompute levels of a stage of ``layers_per_stage`` layers, fewest checkpointed first:
+    ``block-N`` for N a quarter, half and three quarters of them (0 < N < the stage's layers)."""
+    ns = {max(1, round(layers_per_stage * f)) for f in _BLOCK_SHARES} - {layers_per_stage}
+    return tuple(f"block-{n}" for n in sorted(ns))
+
+
+def recompute_fields(recompute: str) -> dict[str, object]:
+    """The TrainingSetup fields of a recompute knob: ``block-N`` = full recompute of N layers per stage."""
+    if recompute.startswith("block-"):
+        return {"recompute": "full", "recompute_layers": int(recompute[6:])}
+    return {"recompute": recompute}
+
+
+def recompute_rank(recompute: str) -> float:
+    """Order of a recompute knob by how much it drops: none 0, selective 1, block-N in (1, 2) growing with
+    N, full 2 (memory falls along none → block-N → full; selective is apart, see ``GroupSearch.implied_refused``)."""
+    if recompute.startswith("block-"):
+        return 1.0 + int(recompute[6:]) * 1e-6
+    return {"none": 0.0, "selective": 1.0, "full": 2.0}[recompute]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +94,7 @@ class Knobs:
     def setup_fields(self, spec: ModelSpec) -> dict[str, object]:
         """The TrainingSetup fields of this configuration of ``spec`` (its layer split: :func:`knob_split`)."""
         d = {"engine": self.engine, "dp": self.dp, "tp": self.tp, "pp": self.pp, "vpp": self.vpp, "cp": self.cp,
-             "ep": self.ep, "zero": self.zero, "recompute": self.recompute, "offload": self.offload,
+             "ep": self.ep, "zero": self.zero, **recompute_fields(self.recompute), "offload": self.offload,
              "micro_batch": self.micro_batch, "grad_accum": self.grad_accum, "gpus": self.gpus,
              "stage_layers": knob_split(spec, self)}
         if self.tp > 1 and self.engine == "megatron":
@@ -121,6 +149,13 @@ def engine_precision(engine: str, family: str) -> str:
 def _recomputes(engine: str) -> tuple[str, ...]:
     """DeepSpeed runs HF models, whose gradient checkpointing is whole layers only (no selective)."""
     return ("none", "full") if engine == "deepspeed" else _RECOMPUTE
+
+
+def _blocks(spec: ModelSpec, k: Knobs) -> tuple[str, ...]:
+    """Block-recompute levels of ``k`` (Megatron without interleaving; its most-loaded stage's layer count)."""
+    if k.engine != "megatron" or k.vpp > 1:
+        return ()
+    return block_levels(max(len(knob_stage_layers(spec, k, j)) for j in range(k.pp)))
 
 
 def _offloads(engine: str, zero: int) -> tuple[str, ...]:
@@ -211,7 +246,9 @@ def _engine_configurations(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engin
             if engine == "fsdp2" and tp > 1 and dp * cp == 1 and zero == 3 and "zero" not in fixed:
                 continue  # no fully_shard at dp = cp = 1 (torchtitan): zero 2 and 3 are the same run
             for offload in _allowed(fixed, "offload", list(_offloads(engine, zero))):
-                for recompute in _allowed(fixed, "recompute", list(_recomputes(engine))):
+                shape = Knobs(engine, dp, tp, pp, vpp, cp, ep, zero, "none", offload, 1, per_rank)
+                recomputes = [*_recomputes(engine), *_blocks(spec, shape)]
+                for recompute in _allowed(fixed, "recompute", recomputes):
                     for mb in _allowed(fixed, "micro_batch", divisors(per_rank)):
                         ga = per_rank // mb
                         if "grad_accum" in fixed and fixed["grad_accum"] != ga:
@@ -225,13 +262,20 @@ def is_root(k: Knobs, fixed: Mapping[str, object]) -> bool:
     return (k.recompute == fixed.get("recompute", "none")) and (k.offload == fixed.get("offload", "none"))
 
 
-def savers(k: Knobs, fixed: Mapping[str, object]) -> list[Knobs]:
+def savers(k: Knobs, fixed: Mapping[str, object], spec: ModelSpec | None = None) -> list[Knobs]:
     """The next memory-saving variants of ``k``: one step more recompute, or offload (each slower by the
-    performance model: ``tests/perf`` checks that neither ever speeds a step up)."""
+    performance model: ``tests/perf`` checks that neither ever speeds a step up). With ``spec``, Megatron's
+    block levels too: none → selective → full and none → block-N₁ → … → full."""
     out = []
     rs = _recomputes(k.engine)
-    if "recompute" not in fixed and k.recompute != rs[-1]:
+    blocks = _blocks(spec, k) if spec is not None else ()
+    if "recompute" not in fixed and k.recompute in blocks:
+        i = blocks.index(k.recompute)
+        out.append(with_knobs(k, recompute=blocks[i + 1] if i + 1 < len(blocks) else "full"))
+    elif "recompute" not in fixed and k.recompute in rs and k.recompute != rs[-1]:
         out.append(with_knobs(k, recompute=rs[rs.index(k.recompute) + 1]))
+        if k.recompute == "none" and blocks:
+            out.append(with_knobs(k, recompute=blocks[0]))
     if "offload" not in fixed and k.offload == "none":
         out.extend(with_knobs(k, offload=o) for o in _offloads(k.engine, k.zero) if o != "none")
     return out

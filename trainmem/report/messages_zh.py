@@ -48,6 +48,14 @@ EXACT: dict[str, str] = {
         "loss 的反向），梯度直接写成 16 位；不产生 fp32 副本",
     "--backward-prefetch post is FSDP's BACKWARD_POST: it needs --engine fsdp2 with zero 3 (a backward all-gather "
     "to delay)": "--backward-prefetch post 对应 FSDP 的 BACKWARD_POST：需要 --engine fsdp2 且 zero 3（反向时才有 all-gather 可推迟）",
+    "--recompute-layers is not modelled for gpt_oss; use --recompute full or none":
+        "gpt_oss 暂不支持 --recompute-layers 建模；请用 --recompute full 或 none",
+    "--recompute-layers with vpp > 1 is not modelled (Megatron counts it per virtual chunk)":
+        "--recompute-layers 与 vpp > 1 同时使用暂未建模（Megatron 按每个虚拟流水线块分别计数）",
+    "--recompute-layers with LoRA is not modelled; use --recompute full or none":
+        "--recompute-layers 与 LoRA 同时使用暂未建模；请用 --recompute full 或 none",
+    "--recompute-layers with torch context parallelism is not modelled; use --recompute full or none":
+        "--recompute-layers 与 torch 上下文并行同时使用暂未建模；请用 --recompute full 或 none",
     "--fp8-backend torchao: Megatron's fp8 runs Transformer Engine; use --fp8-backend te":
         "--fp8-backend torchao：Megatron 的 fp8 走的是 Transformer Engine，请用 --fp8-backend te",
     # ------------------------------------------------------------------ phases (estimate timeline)
@@ -347,6 +355,8 @@ PATTERNS: list[tuple[str, str]] = [
      "fp8 只对 megatron（Transformer Engine）和 fsdp2（torchao float8）建模，{e} 引擎不支持"),
     ("gpu {g:w} has no fp8 tensor cores; use mixed-bf16 or amp-bf16",
      "GPU {g} 没有 fp8 Tensor Core；请用 mixed-bf16 或 amp-bf16"),
+    ("--recompute-layers {n:d} checkpoints the first N layers of each stage: it needs --recompute full (got {r:w})",
+     "--recompute-layers {n} 只对每个流水线阶段的前 N 层做检查点：需要 --recompute full（当前为 {r}）"),
     # ------------------------------------------------------------------ phases
     ("forward mb{i:d}", "micro-batch {i} 的前向传播"),
     ("loss mb{i:d}", "micro-batch {i} 的 loss 计算"),

@@ -58,6 +58,8 @@ PATTERNS: list[tuple[str, str]] = [
     ("fits: device total (reserved + CUDA context + NCCL) + {m:d} % of reserved ≤ GPU memory",
      "放得下的判据：设备总占用（reserved + CUDA 上下文 + NCCL）+ reserved 的 {m} % ≤ GPU 显存"),
     ("{g:w} has no bfloat16: fp16 recipes on it", "{g} 不支持 bfloat16：在它上面使用 fp16 方案"),
+    # compare.py: block recompute
+    ("full recompute of {n:d} of {m:d} layers per stage (block)", "每个流水线阶段前 {n} 层（共 {m} 层）完全重计算（block 方式）"),
     # space.py
     ("--fix: {p} is not key=value", "--fix：{p} 不是 key=value 的形式"),
     ("--fix: unknown knob {k}; knobs: {ks}", "--fix：未知的参数 {k}；可用的参数：{ks!l}"),
