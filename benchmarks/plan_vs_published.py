@@ -95,8 +95,6 @@ EXCLUDED: dict[str, str] = {
     "mbridge2511-h100-fp8-llama3-8b-fsdp-8gpu": "Megatron-FSDP (use_megatron_fsdp, the table's FSDP column) is "
     "no TrainingSetup knob for the megatron engine (zero 0 or 1 only); the 1420e3fa9 preset also recomputes 5 of "
     "32 layers (recompute_method block), which 'none/selective/full' cannot express",
-    "tt-70b-fsdp32-tp8-asynctp": "AsyncTP (torchtitan enable_async_tensor_parallel) is no TrainingSetup knob: "
-    "the model exposes torchtitan's TP collectives, so this row can only repeat the plain-TP prediction",
 }
 
 
@@ -351,6 +349,9 @@ def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[
             how.append("fp8 parameters (recipe: fp8_param_gather true)")
     if engine == "fsdp2" and tp > 1 and sp is False:
         fields["no_sp"] = True
+    if engine == "fsdp2" and tp > 1 and "AsyncTP" in p.get("other", []):
+        fields["async_tp"] = True  # torchtitan parallelism.enable_async_tensor_parallel (with its torch.compile)
+        how.append("async TP: TP collectives micro-pipelined with their matmuls")
     if p.get("pipeline_split") == "torchtitan-default":
         fields["stage_layers"] = torchtitan_default_split(spec.num_layers, pp, p.get("vpp") or 1)
         how.append(f"pipeline split: torchtitan's generated split points, {list(fields['stage_layers'])} a rank")

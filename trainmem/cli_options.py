@@ -57,6 +57,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
                                            "[the even split, remainder to the first stages]"),
     ("sp", _B, "--sp", "sequence parallelism (megatron; on by default for fsdp2 with --tp)"),
     ("no_sp", _B, "--no-sp", "fsdp2 with --tp: tensor parallelism without SequenceParallel"),
+    ("async_tp", _B, "--async-tp", "fsdp2 with --tp, step time: torchtitan's async TP (TP collectives micro-pipelined "
+                                   "with their matmuls; needs torch.compile)"),
     ("no_loss_parallel", _B, "--no-loss-parallel", "fsdp2 with --tp: full logits on every rank"),
     ("zero", _I, "--zero", "0-3 (deepspeed), 2|3 (fsdp2), 1 = distributed optimizer (megatron)"),
     ("grad_reduce_16bit", _B, "--grad-reduce-16bit", "megatron: 16-bit main-grad buffer, reduced in 16 bits "

@@ -55,6 +55,7 @@ def plan_cmd(
     attn_kernel: Annotated[Optional[str], _Opt("--attn-kernel", help="step time: fa2|fa3|triton [engine default]")] = None,
     grad_reduce_16bit: Annotated[bool, _Opt("--grad-reduce-16bit", help="Megatron plans: 16-bit main-grad buffer")] = False,
     fp8_params: Annotated[bool, _Opt("--fp8-params", help="Megatron fp8 plans: fp8 weights (--fp8-param-gather)")] = False,
+    async_tp: Annotated[bool, _Opt("--async-tp", help="fsdp2 plans with TP: torchtitan's async TP (step time)")] = False,
     as_json: opt.Json = False, lang: opt.Lang = "en",
 ) -> None:
     """The fastest training configurations that fit a GPU pool (or how many GPUs a model needs)."""
@@ -75,7 +76,7 @@ def plan_cmd(
         raise ConfigError("--export needs -o DIR")
     extra = {"optimizer": optimizer, "attn": attn, "lora_rank": lora_rank, "qlora": qlora or None,
              "lora_targets": lora_targets, "attn_kernel": attn_kernel, "grad_reduce_16bit": grad_reduce_16bit or None,
-             "fp8_params": fp8_params or None}
+             "fp8_params": fp8_params or None, "async_tp": async_tp or None}
     engines = _export_engines(export) if export else None
     req = _request(model, cluster or f"1x{gpu}", global_batch, seq_len, precision, margin, top, fix, extra, engines)
     out: dict = {}

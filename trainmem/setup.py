@@ -35,6 +35,7 @@ stage_layers       even split      decoder layers per pipeline stage, first to l
                                    counts or account-for-embedding/loss split, torchtitan's split points)
 sp                 engine default  sequence parallelism: megatron off unless --sp; fsdp2 with tp > 1 on
                                    (torchtitan's SequenceParallel) unless --no-sp
+async_tp           False           step time only, fsdp2 with tp > 1: torchtitan's async TP (micro-pipelined TP collectives)
 loss_parallel      engine default  vocab-sharded logits with tp > 1: megatron always, fsdp2 unless
                                    --no-loss-parallel (torchtitan's loss_parallel)
 zero               engine default  torch 0, fsdp2 3, deepspeed 0, megatron 0
@@ -135,6 +136,12 @@ class TrainingSetup(BaseModel):
     the remainder on the first stages."""
     sp: bool | None = None
     no_sp: bool = False
+    async_tp: bool = False
+    """Step time only, fsdp2 with tp > 1 and sequence parallelism: torchtitan's async TP
+    (``parallelism.enable_async_tensor_parallel``; torchtitan/distributed/tensor_parallel.py ``maybe_enable_async_tp``
+    turns on inductor's ``_micro_pipeline_tp``, which fuses SequenceParallel's all-gather into the next matmul and
+    the matmul into its reduce-scatter, pipelined in tp chunks over symmetric memory). It needs torch.compile of the
+    model in torchtitan; memory is estimated eager, as for plain TP."""
     loss_parallel: bool | None = None
     no_loss_parallel: bool = False
     zero: int | None = Field(None, ge=0, le=3)
@@ -227,6 +234,9 @@ class TrainingSetup(BaseModel):
             raise ValueError("--sp (sequence parallelism) is a megatron or fsdp2 (with --tp) option")
         if self.sp and self.tp == 1:
             raise ValueError("--sp needs tp > 1 (sequence parallelism splits the tp group's activations)")
+        if self.async_tp and not (e == "fsdp2" and self.tp > 1 and self.sp):
+            raise ValueError("--async-tp is torchtitan's async tensor parallelism: it needs --engine fsdp2 with --tp > 1 "
+                             "and sequence parallelism (not --no-sp)")
         if self.vpp > 1 and self.pp == 1:
             raise ValueError(f"vpp({self.vpp}) needs pp > 1")
         if self.stage_layers is not None:

@@ -58,6 +58,26 @@ def test_recomputation_never_raises_memory(model, seq, prec, engine, mb) -> None
     assert sel.peak_allocated_bytes <= none.peak_allocated_bytes + one_hidden
 
 
+@settings(max_examples=30, deadline=None)
+@given(model_st, seq_st, prec_torch, st.sampled_from(["torch", "fsdp2", "megatron"]), st.integers(1, 3),
+       st.floats(0.0, 1.0))
+def test_block_recompute_lies_between_none_and_full(model, seq, prec, engine, mb, share) -> None:
+    """--recompute-layers N: the activations' peak never rises with N, is the no-recompute one at N = 0 and the
+    full-recompute one at N = all layers (the total within one hidden state, as above)."""
+    spec = SPECS[model]
+    if engine == "megatron":
+        prec = {"fp32": "fp32", "bf16": "mixed-bf16", "amp-bf16": "mixed-bf16", "amp-fp16": "mixed-fp16"}[prec]
+    if engine == "fsdp2" and prec == "amp-fp16":
+        return
+    kw = dict(seq_len=min(seq, spec.max_position_embeddings), precision=prec, engine=engine, micro_batch=mb,
+              gpus=8 if engine != "torch" else 1, recompute="full")
+    n = int(share * spec.num_layers)
+    act = lambda **k: estimate(spec, make_setup(**kw, **k)).category_peak_bytes["activations"]  # noqa: E731
+    lo, mid, hi = act(recompute_layers=0), act(recompute_layers=n), act(recompute_layers=min(n + 1, spec.num_layers))
+    assert hi <= mid <= lo
+    assert act(recompute_layers=spec.num_layers) == act()
+
+
 @settings(max_examples=40, deadline=None)
 @given(model_st, seq_st, st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from(["fsdp2", "deepspeed"]))
 def test_more_gpus_never_raise_zero3_memory(model, seq, n, engine) -> None:

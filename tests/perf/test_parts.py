@@ -109,6 +109,36 @@ def test_megatron_sequence_parallel_overlaps_tp_communication():
     assert any("--tp-comm-overlap" in n and "pipelined" in n for n in t_sp.notes)
 
 
+def test_async_tp_hides_its_calibrated_share_of_the_chunked_overlap():
+    """torchtitan's async TP (fsdp2 with SP): the exposed TP time is the plain one less ASYNC_TP_HIDDEN_SHARE of
+    what a full chunked overlap (Megatron's --tp-comm-overlap model) would hide; it needs fsdp2, tp > 1 and SP,
+    and the torchtitan exporter refuses it (torch.compile, not modelled)."""
+    from trainmem.errors import ConfigError
+    from trainmem.export import can_export
+    from trainmem.perf.step import tp_comm_overlapped
+    fields = dict(engine="fsdp2", gpus=8, tp=8, micro_batch=1, grad_accum=4, seq_len=4096)
+    plain, asy = make_setup(**fields), make_setup(**fields, async_tp=True)
+    assert tp_comm_overlapped(asy) and not tp_comm_overlapped(plain)
+    t_plain, t_async = step_time(SPEC, plain, group()), step_time(SPEC, asy, group())
+    full = cal.ASYNC_TP_HIDDEN_SHARE
+    try:
+        cal.ASYNC_TP_HIDDEN_SHARE = 1.0
+        from trainmem.perf.step import _ENTRIES
+        _ENTRIES.clear()
+        t_full = step_time(SPEC, make_setup(**fields, async_tp=True), group())
+    finally:
+        cal.ASYNC_TP_HIDDEN_SHARE = full
+        _ENTRIES.clear()
+    p, a, f = (t.breakdown["tp_comm"] for t in (t_plain, t_async, t_full))
+    assert f < a < p
+    assert a == pytest.approx(p - full * (p - f), rel=0.02)  # (contention terms aside)
+    assert any("async TP" in n for n in t_async.notes)
+    for bad in (dict(fields, tp=1, gpus=8), dict(fields, no_sp=True), dict(fields, engine="megatron", sp=True)):
+        with pytest.raises(ConfigError, match="--async-tp"):
+            make_setup(**bad, async_tp=True)
+    assert "torch.compile" in can_export(asy, "torchtitan")
+
+
 def test_the_step_overhead_is_charged_once_per_step():
     s1 = make_setup(engine="megatron", gpus=8, zero=1, seq_len=2048, grad_accum=1)
     s8 = make_setup(engine="megatron", gpus=8, zero=1, seq_len=2048, grad_accum=8)

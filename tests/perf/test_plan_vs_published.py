@@ -1,7 +1,7 @@
 """benchmarks/plan_vs_published.py: the mapping runs on every point, and the accuracy against the published,
 measured throughput stays where it was measured (issue 8, "Published runs reproduced").
 
-The pinned figures are the ones docs/performance.md reports (calibration: SUSTAINED_FRACTION 0.83,
+The pinned figures are the ones docs/performance.md reports (calibration: SUSTAINED_FRACTION 0.84,
 STEP_OVERHEAD_SECONDS 0.10 s, fitted on the held-in points only). A change of the model that moves them by
 more than the margin fails here and must update the doc, the figures and this file together.
 """
@@ -28,8 +28,8 @@ POINTS = [p for p in bench.load_points()] if bench.DATA.exists() else []
 needs_points = pytest.mark.skipif(not POINTS, reason="benchmarks/published_throughput.json not present")
 
 #: Measured with the constants above (docs/performance.md), all points (--all), no planner.
-HELD_IN_MEDIAN, HELD_OUT_MEDIAN = 0.060, 0.051
-HELD_IN_COUNT, HELD_OUT_COUNT = 14, 28
+HELD_IN_MEDIAN, HELD_OUT_MEDIAN = 0.049, 0.055
+HELD_IN_COUNT, HELD_OUT_COUNT = 15, 28
 MARGIN = 0.02
 
 
@@ -59,7 +59,7 @@ def test_every_complete_point_is_predicted(rows):
 
 @needs_points
 def test_held_out_accuracy_is_pinned(rows):
-    """Held out (never seen by the calibration): median |error| within 2 points of the measured 5.1 %, and
+    """Held out (never seen by the calibration): median |error| within 2 points of the measured 5.5 %, and
     inside the issue's 10 % target."""
     n, med, _ = _stat(rows, "held-out")
     assert n == HELD_OUT_COUNT
@@ -106,7 +106,7 @@ def test_split_is_by_source():
 def test_calibrated_constants_are_the_held_in_optimum():
     """The constants in calibration.py are the held-in optimum of the grid search (checked on its
     neighbourhood, to stay fast)."""
-    f, o, _ = bench.calibrate(POINTS, sustained=(0.82, 0.83, 0.84), overheads=(0.09, 0.10, 0.11))
+    f, o, _ = bench.calibrate(POINTS, sustained=(0.83, 0.84, 0.85), overheads=(0.09, 0.10, 0.11))
     assert (f, o) == (cal.SUSTAINED_FRACTION, cal.STEP_OVERHEAD_SECONDS)
 
 

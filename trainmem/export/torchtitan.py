@@ -71,6 +71,9 @@ def reason(setup: TrainingSetup) -> str | None:
         return "torchtitan always applies sequence parallelism with tensor parallelism; drop --no-sp"
     if s.attn == "eager":
         return "torchtitan's models run SDPA attention; eager attention has no setting"
+    if s.async_tp:
+        return ("torchtitan's async TP needs torch.compile of the model (maybe_enable_async_tp), whose memory the "
+                "eager estimate does not model; export without --async-tp")
     if s.recompute_layers is not None:
         return ("torchtitan checkpoints every k-th layer of the model (selective_ac_option = \"k\", "
                 "torchtitan/distributed/activation_checkpoint.py), not the first N of each stage; "

@@ -24,6 +24,8 @@ _NOTE: dict[str, str] = {
           "their volume equals the all-reduce's.",
     "tp-overlap": "Megatron with sequence parallelism runs --tp-comm-overlap, as the published recipes do: each "
                   "tensor-parallel collective is pipelined with its GEMM in tp chunks, one chunk stays exposed.",
+    "tp-async": "torchtitan's async TP micro-pipelines each tensor-parallel all-gather and reduce-scatter with its "
+                "matmul in tp chunks (inductor's micro_pipeline_tp, under torch.compile); one chunk stays exposed.",
     "contention": "Communication hidden under compute slows that compute by 18.9 % while both run (Lee et al. 2025); "
                   "the extra time is counted as communication.",
     "step": "Each optimizer step adds a fixed host overhead (data loading, host synchronisations, logging), "

@@ -225,8 +225,12 @@ def tp_comm_overlapped(s: TrainingSetup) -> bool:
     userbuffers), as the published Megatron-Core recipes do (Megatron-LM README "Communication
     optimizations"; NeMo / Megatron-Bridge performance configs); Megatron refuses the flag without SP
     (megatron/training/arguments.py: "Tensor parallel communication/GEMM overlap can happen only when
-    sequence parallelism is enabled"). Every other TP setup exposes its collectives."""
-    return s.engine == "megatron" and bool(s.sp) and s.tp > 1
+    sequence parallelism is enabled"). torchtitan's async TP (``async_tp``: inductor's micro-pipelined
+    all-gather-matmul and matmul-reduce-scatter, torch/_inductor/fx_passes/micro_pipeline_tp.py) pipelines
+    the same collectives with the same GEMMs in tp chunks. Every other TP setup exposes its collectives."""
+    if s.tp == 1 or not s.sp:
+        return False
+    return s.engine == "megatron" or (s.engine == "fsdp2" and bool(getattr(s, "async_tp", False)))
 
 
 def _tp_seconds(s: TrainingSetup, one: float, ph: Phase) -> tuple[float, float]:
@@ -239,6 +243,9 @@ def _tp_seconds(s: TrainingSetup, one: float, ph: Phase) -> tuple[float, float]:
     rec = ph.fwd_gemm if s.recompute == "full" else 0.0
     fwd = chunked_overlap_seconds(2 * one, ph.fwd_gemm, s.tp)
     bwd = chunked_overlap_seconds((n - 2) * one, ph.bwd_gemm + rec, s.tp)
+    if s.engine == "fsdp2":  # async TP hides a calibrated share of what the chunked pipeline would
+        h = cal.ASYNC_TP_HIDDEN_SHARE
+        fwd, bwd = 2 * one - h * (2 * one - fwd), (n - 2) * one - h * ((n - 2) * one - bwd)
     return fwd + bwd, fwd
 
 
@@ -380,7 +387,7 @@ def _entry(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup, stage: int | None =
     """The memoised stage entry of a setup (keyed on the knobs a stage's time depends on); ``stage``: whose
     parameters the sync and optimizer figures count (default :func:`_sync_counts`)."""
     key = (id(spec), id(grp), s.engine, s.precision, s.fp8_backend, s.attn, s.attn_kernel, s.micro_batch, s.seq_len, s.cp, s.tp,
-           s.sp, s.ep, s.pp, s.stage_layers, s.recompute, s.recompute_layers, s.loss, s.lora_rank, s.lora_targets, s.qlora, stage)
+           s.sp, s.async_tp, s.ep, s.pp, s.stage_layers, s.recompute, s.recompute_layers, s.loss, s.lora_rank, s.lora_targets, s.qlora, stage)
     e = _ENTRIES.get(key)
     if e is not None and e.spec is spec and e.grp is grp:
         return e
@@ -556,7 +563,8 @@ def _notes_cached(engine: str, recompute: str, tp: bool, cp: bool, ep: bool, moe
             "placement", "step"]
     if multi:
         keys.append("contention")
-    keys += [k for k, on in (("tp-overlap" if tp_overlap else "tp", tp), ("cp", cp), ("ep", ep), ("moe", moe),
+    overlap_note = "tp-async" if engine == "fsdp2" else "tp-overlap"
+    keys += [k for k, on in ((overlap_note if tp_overlap else "tp", tp), ("cp", cp), ("ep", ep), ("moe", moe),
                              ("bubble", pp), ("pp", pp),
                              ("amp", amp), ("lora", lora), ("qlora", qlora), ("offload", offload)) if on]
     if recompute == "full":

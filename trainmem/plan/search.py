@@ -61,7 +61,7 @@ def engine_neutral_extras(extra: Mapping[str, object], precision: str) -> dict[s
     only = {k: v for k, v in extra.items() if k in _MEGATRON_ONLY and v}
     if only:
         make_setup(engine="megatron", precision="fp8" if precision == "fp8" else "mixed-bf16", zero=1, **only)
-    return {k: v for k, v in extra.items() if k not in _MEGATRON_ONLY}
+    return {k: v for k, v in extra.items() if k not in _MEGATRON_ONLY and k != "async_tp"}
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,8 @@ class GroupSearch:
         prec = engine_precision(k.engine, self.family)
         if extra.get("fp8_params") and prec != "fp8":
             extra = {key: v for key, v in extra.items() if key != "fp8_params"}
+        if extra.get("async_tp") and not (k.engine == "fsdp2" and k.tp > 1):  # (torchtitan's, with TP only)
+            extra = {key: v for key, v in extra.items() if key != "async_tp"}
         return {**k.setup_fields(self.req.spec), **extra, "seq_len": self.req.seq_len,
                 "gpu": self.group.gpu.name, "precision": prec}
 

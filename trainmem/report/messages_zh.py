@@ -48,6 +48,9 @@ EXACT: dict[str, str] = {
         "loss 的反向），梯度直接写成 16 位；不产生 fp32 副本",
     "--backward-prefetch post is FSDP's BACKWARD_POST: it needs --engine fsdp2 with zero 3 (a backward all-gather "
     "to delay)": "--backward-prefetch post 对应 FSDP 的 BACKWARD_POST：需要 --engine fsdp2 且 zero 3（反向时才有 all-gather 可推迟）",
+    "--async-tp is torchtitan's async tensor parallelism: it needs --engine fsdp2 with --tp > 1 and sequence "
+    "parallelism (not --no-sp)":
+        "--async-tp 是 torchtitan 的异步张量并行：需要 --engine fsdp2、--tp > 1 且开启序列并行（不能用 --no-sp）",
     "--recompute-layers is not modelled for gpt_oss; use --recompute full or none":
         "gpt_oss 暂不支持 --recompute-layers 建模；请用 --recompute full 或 none",
     "--recompute-layers with vpp > 1 is not modelled (Megatron counts it per virtual chunk)":

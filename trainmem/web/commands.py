@@ -158,7 +158,8 @@ def plan_inputs(p: dict[str, Any]):  # noqa: ANN201 - (PlanRequest, sizing)
     sizing = _plan_checks(p)
     extra = {"optimizer": p["optimizer"], "attn": p["attn"], "lora_rank": p["lora_rank"], "qlora": p["qlora"] or None,
              "lora_targets": p["lora_targets"], "attn_kernel": p["attn_kernel"],
-             "grad_reduce_16bit": p["grad_reduce_16bit"] or None, "fp8_params": p["fp8_params"] or None}
+             "grad_reduce_16bit": p["grad_reduce_16bit"] or None, "fp8_params": p["fp8_params"] or None,
+             "async_tp": p["async_tp"] or None}
     req = plan_request(p["model"], p["cluster"] or f"1x{p['gpu']}", p["global_batch"], p["seq_len"], p["precision"],
                        p["margin"], p["top"], p["fix"], extra)
     return req, sizing

@@ -39,6 +39,10 @@ EXACT: dict[str, str] = {
     "tensor-parallel collective is pipelined with its GEMM in tp chunks, one chunk stays exposed.":
         "开启序列并行的 Megatron 按公开配方使用 --tp-comm-overlap：每个张量并行集合通信按 tp 份切块与对应的 GEMM "
         "流水重叠，只有一块暴露在关键路径上。",
+    "torchtitan's async TP micro-pipelines each tensor-parallel all-gather and reduce-scatter with its "
+    "matmul in tp chunks (inductor's micro_pipeline_tp, under torch.compile); one chunk stays exposed.":
+        "torchtitan 的 async TP 把每次张量并行的 all-gather 和 reduce-scatter 按 tp 份切块，与对应的矩阵乘流水重叠"
+        "（torch.compile 下 inductor 的 micro_pipeline_tp）；只有一块暴露在关键路径上。",
     "Communication hidden under compute slows that compute by 18.9 % while both run (Lee et al. 2025); "
     "the extra time is counted as communication.":
         "被计算掩盖的通信在两者同时运行期间会让计算慢 18.9 %（Lee et al. 2025）；多出的时间计入通信。",
