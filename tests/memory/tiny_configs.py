@@ -39,6 +39,15 @@ TINY = {
                       moe_intermediate_size=128, shared_expert_intermediate_size=256, **BASE),
     "mixtral": dict(model_type="mixtral", hidden_size=256, intermediate_size=512, num_hidden_layers=3,
                     num_attention_heads=8, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, **BASE),
+    # Nemotron-4's structure: LayerNorm1P, relu2 MLP (not gated), RoPE over half of each head, GQA, untied
+    "nemotron": dict(model_type="nemotron", hidden_size=256, intermediate_size=1024, num_hidden_layers=3,
+                     num_attention_heads=8, num_key_value_heads=2, **BASE),
+    # OPT (pre-LN like opt-125m … opt-175b), dropout off here (CPU dropout keeps a mask in the input dtype)
+    "opt": dict(model_type="opt", hidden_size=256, ffn_dim=1024, num_hidden_layers=3, num_attention_heads=8,
+                dropout=0.0, **BASE),
+    # opt-350m's structure: post-LN, 128-wide embeddings projected in and out
+    "opt-350m": dict(model_type="opt", hidden_size=256, ffn_dim=1024, num_hidden_layers=3, num_attention_heads=8,
+                     dropout=0.0, word_embed_proj_dim=128, do_layer_norm_before=False, **BASE),
 }
 
 # gpt-oss-20b's structure (attention sinks, q/k/v/o biases, biased router and experts, clamped SwiGLU, yarn RoPE,

@@ -15,10 +15,13 @@ _LAYER = re.compile(r"\.(?:layers|layer|h)\.(\d+)\.(.+)$")
 _RESIDUAL_NORM = re.compile(
     r"^(input_layernorm|post_attention_layernorm|pre_feedforward_layernorm|post_feedforward_layernorm"
     r"|ln_1|ln_2|ln_attn|ln_mlp|ln_cross_attn|attention\.output\.LayerNorm|output\.LayerNorm"
-    r"|crossattention\.output\.LayerNorm)\.")
+    r"|crossattention\.output\.LayerNorm|self_attn_layer_norm|final_layer_norm)\.")
 _ATTENTION = ("self_attn.", "attn.", "attention.", "self_attention.", "crossattention.")
 _EMBEDDING = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight")
-_POSITION = ("wpe.weight", "position_embeddings.weight", "token_type_embeddings.weight")
+# (OPT: its learned positions, and project_in, the first stage's other parameters, count with the positions;
+# project_out falls to "other")
+_POSITION = ("wpe.weight", "position_embeddings.weight", "token_type_embeddings.weight", "embed_positions.weight",
+             "decoder.project_in.weight")
 _FINAL_NORM = (".norm.", "ln_f.", "final_layer_norm.", "embeddings.LayerNorm.")
 
 

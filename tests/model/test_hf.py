@@ -56,6 +56,17 @@ FAMILY_CONFIGS: dict[str, dict] = {
     "bert": dict(SMALL, model_type="bert"),
     "bert-untied": dict(SMALL, model_type="bert", tie_word_embeddings=False),
     "roberta": dict(SMALL, model_type="roberta", type_vocab_size=1, max_position_embeddings=40),
+    "nemotron": dict(SMALL, model_type="nemotron", num_key_value_heads=2),
+    "nemotron-biases-headdim-tied": dict(SMALL, model_type="nemotron", num_key_value_heads=1, head_dim=24,
+                                         attention_bias=True, mlp_bias=True, tie_word_embeddings=True,
+                                         partial_rotary_factor=0.25),
+    "opt": dict(SMALL, model_type="opt", ffn_dim=96, max_position_embeddings=40),
+    "opt-350m-style": dict(SMALL, model_type="opt", ffn_dim=96, max_position_embeddings=40, word_embed_proj_dim=32,
+                           do_layer_norm_before=False),
+    "opt-nobias-noaffine-untied": dict(SMALL, model_type="opt", ffn_dim=80, enable_bias=False,
+                                       layer_norm_elementwise_affine=False, tie_word_embeddings=False,
+                                       word_embed_proj_dim=48),
+    "opt-removed-final-norm": dict(SMALL, model_type="opt", _remove_final_layer_norm=True),
 }
 
 # Only the keys spec_from_hf_config requires: everything else must default as transformers does.
@@ -67,6 +78,9 @@ MINIMAL_CONFIGS: dict[str, dict] = {
                "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_neox", "falcon", "bert", "roberta")
 }
 MINIMAL_CONFIGS["gpt2"] = dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=100)
+MINIMAL_CONFIGS["opt"] = dict(_REQUIRED, model_type="opt", vocab_size=32064)
+# NemotronConfig has no default for num_key_value_heads (NemotronAttention divides by it): the one extra key
+MINIMAL_CONFIGS["nemotron"] = dict(_REQUIRED, model_type="nemotron", vocab_size=32064, num_key_value_heads=8)
 MINIMAL_CONFIGS["deepseek_v3"]["num_hidden_layers"] = 4  # default first_k_dense_replace=3: one MoE layer
 MINIMAL_CONFIGS["deepseek_v2"]["num_experts_per_tok"] = 2  # default None cannot route
 
@@ -255,11 +269,48 @@ def test_static_name_lists_match_transformers():
      r"num_experts_per_tok\(5\)"),
     (dict(SMALL, model_type="gpt_oss", num_key_value_heads=2, head_dim=15),
      r"even rotary dimension, got head_dim\(15\)"),
+    # NemotronConfig has no default kv heads (NemotronAttention: num_heads // None); a null factor leaves
+    # rope_parameters without the partial_rotary_factor NemotronAttention reads
+    (dict(SMALL, model_type="nemotron"), "lacks 'num_key_value_heads'"),
+    (dict(SMALL, model_type="nemotron", num_key_value_heads=None), "lacks 'num_key_value_heads'"),
+    (dict(SMALL, model_type="nemotron", num_key_value_heads=2, partial_rotary_factor=None),
+     "partial_rotary_factor=null"),
+    (dict(SMALL, model_type="nemotron", num_key_value_heads=2, partial_rotary_factor=1.5),
+     r"partial_rotary_factor=1.5 is not a number in \(0, 1\]"),
+    (dict(SMALL, model_type="nemotron", num_key_value_heads=2, head_dim=15, partial_rotary_factor=1.0),
+     r"even rotary dimension, got head_dim\(15\)"),
+    (dict(SMALL, model_type="nemotron", num_key_value_heads=2, hidden_act="squared_relu"),
+     "hidden_act='squared_relu'"),
+    (dict(SMALL, model_type="opt", num_attention_heads=3), r"num_attention_heads\(3\) does not divide hidden_size\(64\)"),
+    (dict(SMALL, model_type="opt", activation_function="relu3"), "activation_function='relu3'"),
+    (dict(SMALL, model_type="opt", do_layer_norm_before="no"), "do_layer_norm_before='no' is not a boolean"),
+    (dict(SMALL, model_type="opt", layerdrop=1.5), r"layerdrop=1.5 is not a probability"),
 ])
 def test_what_transformers_refuses_is_one_config_error(cfg, needle):
     with pytest.raises(ConfigError, match=needle) as err:
         spec_from_hf_config(cfg, name="x")
     assert "\n" not in str(err.value)
+
+
+def test_nemotron_and_opt_fields():
+    """Nemotron: LayerNorm1P (weight and bias) norms, relu2 not gated, RoPE over int(d · 0.5) dims by default
+    (rope_parameters' factor wins over the top-level key, as NemotronConfig resolves it), untied. OPT: learned
+    positions with fairseq's offset of 2 rows, project_in with them and project_out in ``other`` (opt-350m style),
+    post-LN without a final norm, hidden dropout 0.1 by default."""
+    n = spec_from_hf_config(FAMILY_CONFIGS["nemotron"], name="n")
+    assert (n.norm, n.mlp_gated, n.hidden_act, n.position, n.rotary_dim) == ("layernorm", False, "relu2", "rope", 8)
+    assert not n.tie_word_embeddings and n.params.layers[0].norms == 4 * 64 and n.params.final_norm == 2 * 64
+    tied = spec_from_hf_config(FAMILY_CONFIGS["nemotron-biases-headdim-tied"], name="n")
+    assert (tied.head_dim, tied.rotary_dim, tied.num_kv_heads) == (24, 6, 1)
+    both = dict(FAMILY_CONFIGS["nemotron"], partial_rotary_factor=0.25,
+                rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.75})
+    assert spec_from_hf_config(both, name="n").rotary_dim == 12  # int(16 · 0.75)
+    o = spec_from_hf_config(FAMILY_CONFIGS["opt-350m-style"], name="o")
+    assert (o.position, o.norm, o.hidden_act, o.hidden_dropout, o.tie_word_embeddings) == ("learned", "layernorm",
+                                                                                          "relu", 0.1, True)
+    assert o.params.position_embedding == (40 + 2) * 64 + 32 * 64 and o.params.other == 64 * 32
+    assert o.params.embedding == 100 * 32 and o.params.final_norm == 0 and o.params.lm_head == 0
+    assert spec_from_hf_config(FAMILY_CONFIGS["opt"], name="o").params.final_norm == 2 * 64
 
 
 def test_what_transformers_accepts_is_accepted():

@@ -41,6 +41,11 @@ PEFT_CASES = [
     ("bert", "query,key,value"),
     ("bert", "dense"),                                      # also cls.predictions.transform.dense
     ("roberta", "all-linear"),                              # lm_head.dense, not lm_head.decoder
+    ("nemotron", "all-linear"),                             # up_proj / down_proj, no gate
+    ("nemotron-biases-headdim-tied", "q_proj,o_proj,up_proj"),
+    ("opt", "all-linear"),                                  # q/k/v/out_proj, fc1, fc2
+    ("opt-350m-style", "all-linear"),                       # + decoder.project_in / project_out
+    ("opt-350m-style", "q_proj,v_proj,out_proj,fc2"),
 ]
 
 

@@ -20,7 +20,9 @@ from trainmem.model.spec import ModelSpec, attention_layer_types
 from trainmem.setup import TrainingSetup
 
 __all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
-           "head_saved", "embedding_saved", "torch_cp", "model_wide_saved_bytes", "lora_shapes", "lora_input_requires_grad", "lora_recompute_frame_bytes",
+           "head_saved", "embedding_saved", "torch_cp", "plain_mlp_act_saved_per_elem", "relu2_backward_extra_per_elem",
+           "plain_mlp_act_forward_extra_per_elem",
+           "recomputed_checkpoint_input_bytes", "checkpoint_input_elem_bytes", "opt_post_ln", "opt_proj_adapter_bytes", "opt_embed_proj_dim", "opt_final_layer_norm", "fused_attention_backward_bytes", "model_wide_saved_bytes", "lora_shapes", "lora_input_requires_grad", "lora_recompute_frame_bytes",
            "lora_forward_frame_bytes", "lora_head_frame_bytes", "eager_softmax_bytes",
            "sink_attention_backward_bytes", "sink_attention_forward_peak_bytes", "gpt_oss_forward_peak_bytes",
            "gpt_oss_recompute_frame_bytes"]
@@ -104,14 +106,48 @@ def _norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
       (:func:`_fp32_normalised_norm`).
     - nn.LayerNorm (native_layer_norm): its input (r B; fp32 under CUDA autocast, where layer_norm
       is an fp32 op, and the residual is fp32 already) plus mean/rstd (8 B per row, negligible).
+    - NemotronLayerNorm1P (modeling_nemotron.py ``NemotronLayerNorm1P.forward``): under autocast
+      ``_cast_if_autocast_enabled`` casts the input (and ``weight + 1``, bias) to the autocast dtype and
+      ``F.layer_norm`` runs with autocast disabled, so native_layer_norm keeps that 16-bit cast (c B), not
+      an fp32 input; otherwise its input as nn.LayerNorm (r B). Its weight and bias copies:
+      :func:`_layernorm1p_weight_bytes`.
     """
     r = residual_bytes(setup)
     if spec.norm == "layernorm":  # (under autocast its input is cast to fp32 if not fp32 already)
+        if is_amp(setup) and _layernorm1p(spec):
+            return float(compute_bytes(setup)) + 8.0 / spec.hidden_size
         return float(4 if is_amp(setup) else r) + 8.0 / spec.hidden_size
     rows = 4.0 / spec.hidden_size  # rsqrt(variance + eps): one fp32 value per row, kept by the multiply
     if spec.model_type in _GEMMA_NORM_MODELS or _fp32_normalised_norm(spec):
         return 8.0 + rows
     return 4.0 + r + rows
+
+
+def _layernorm1p(spec: ModelSpec) -> bool:
+    """Nemotron's norms are ``NemotronLayerNorm1P`` (transformers/models/nemotron/modeling_nemotron.py @ 5.24):
+    ``F.layer_norm(*_cast_if_autocast_enabled(device, input, shape, self.weight + 1.0, self.bias, eps))``
+    inside ``maybe_autocast(enabled=False)``: under autocast the input, ``weight + 1`` and the bias are cast
+    to the autocast dtype and the norm runs (and returns) in 16 bits."""
+    return spec.model_type == "nemotron"
+
+
+def _layernorm1p_weight_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """What one ``NemotronLayerNorm1P`` call keeps beyond its input and rows, independent of the tokens:
+    native_layer_norm saves the weight and bias it was given (its backward takes both), and ``weight + 1.0``
+    is a new h-sized tensor every forward. Without autocast that sum, in the parameters' compute dtype
+    (c·h; the bias is the parameter itself); under autocast with fp32 parameters the 16-bit casts of the
+    sum and of the bias (the fp32 sum is a temporary): 2·c·h; with LoRA's 16-bit frozen base the casts
+    are no-ops and only the sum is new (c·h)."""
+    n = 2 if (is_amp(setup) and not setup.is_lora) else 1
+    return n * compute_bytes(setup) * spec.hidden_size
+
+
+def _norm_output_shared(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Whether the linears reading a norm's output share one 16-bit tensor under autocast: Nemotron's
+    LayerNorm1P returns its output in the autocast dtype already (:func:`_layernorm1p`), so autocast's
+    linears cast nothing (``cached_cast`` returns a tensor already in the target dtype) and q/k/v_proj all
+    keep that one output, where nn.LayerNorm's fp32 output is cast by each linear for itself."""
+    return is_amp(setup) and _layernorm1p(spec)
 
 
 def _fp32_normalised_norm(spec: ModelSpec) -> bool:
@@ -175,10 +211,13 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
     fused_qkv = mt in ("phi3", "gpt2", "gpt_neox", "falcon")
     # --- attention block -----------------------------------------------------------------------
     add("input_norm", "norm", norm_elem * h, tp_split=False)
+    if _layernorm1p(spec):  # input and post-attention LayerNorm1P: their weight + 1 (and bias) copies
+        terms.append(Term("norm_weight_plus_one", "norm", 2 * _layernorm1p_weight_bytes(spec, setup), False))
     if spec.q_lora_rank is not None or spec.kv_lora_rank is not None:
         _mla_terms(spec, setup, add)
     else:
-        add("qkv_input", "attention", _linear_inputs_saved(setup, 1 if fused_qkv else 3, h, te), tp_split=False)
+        one_input = fused_qkv or _norm_output_shared(spec, setup)
+        add("qkv_input", "attention", _linear_inputs_saved(setup, 1 if one_input else 3, h, te), tp_split=False)
         if mt == "qwen3" or mt == "gemma3_text" or mt == "gemma3" or mt == "qwen3_moe":
             # q_norm/k_norm (RMSNorm over head_dim) on q and k: each keeps 4 + r B per element
             # the q/k projections' outputs are in the compute dtype (16-bit under autocast too): the
@@ -510,6 +549,32 @@ def sliding_window_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
             and spec.model_type in ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"))
 
 
+def fused_attention_backward_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The fused SDPA kernel's backward beyond what the layer saved, at its peak (the walk's attention
+    transient, spiked once o_proj's weight gradient exists and its saved input is gone), for T tokens:
+    the attention output's gradient (c·a·dv, the kernel's ``grad_out``) and what the kernel allocates.
+
+    - flash (16-bit, no mask, equal head dims ≤ 256; aten/src/ATen/native/transformers/cuda/flash_attn/
+      flash_api.cpp ``mha_bwd``, torch 2.13, as emulated in trace/sdpa.py): ``dq`` (c·a·d), ``dk_expanded`` and
+      ``dv_expanded`` at the full head count a (with GQA; dk/dv themselves without), the fp32
+      ``dq_accum`` (b, s rounded up to 128, a, d rounded up to 8) and ``softmax_d`` (b, a, s₁₂₈), then, with
+      GQA, ``sum_out`` into dk and dv (c·kv·d each) while the expanded ones are alive;
+    - memory-efficient (fp32, or a mask, without GQA): dq, dk, dv and the fp32 ``delta`` (b, a, s).
+    Used for nemotron and opt (traced: tests/trace/test_nemotron_opt_trace.py)."""
+    b, s = setup.micro_batch, setup.seq_len // setup.cp
+    T = b * s
+    a, kv, d, dv = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
+    c = compute_bytes(setup)
+    grad_out = c * T * a * dv
+    flash = c == 2 and d == dv <= 256 and not spec.is_encoder and not sliding_window_mask(spec, setup)
+    if flash:
+        s128 = -(-s // 128) * 128
+        accum = 4 * b * s128 * a * (-(-d // 8) * 8) + 4 * b * a * s128
+        grads = c * T * (a * d + 2 * a * d) + (2 * c * T * kv * d if kv != a else 0)
+        return (grad_out + accum + grads) // setup.tp
+    return (grad_out + c * T * (a * d + kv * d + kv * dv) + 4 * b * a * s) // setup.tp
+
+
 def sdpa_math_fallback(spec: ModelSpec, setup: TrainingSetup) -> bool:
     """CUDA SDPA falls back to the math kernel for fp32 inputs with native GQA (flash needs 16-bit,
     the memory-efficient kernel has no enable_gqa): trace/sdpa.py ``cuda_backend``."""
@@ -545,6 +610,9 @@ def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int, te: bool 
         # one LayerNorm feeds attention and MLP: shared in 16-bit, but under autocast the MLP's first
         # linear casts its own 16-bit copy of the fp32 norm output
         add("mlp_input", "mlp", 2.0 * h, tp_split=False)
+    if spec.hidden_act in ("relu", "relu2"):
+        add("mlp_intermediate", "mlp", plain_mlp_act_saved_per_elem(spec, setup, te)[0] * width)
+        return
     if spec.hidden_act in ("gelu_new",):
         if is_amp(setup):
             # Under CUDA autocast ``pow`` is an fp32 op: it keeps an fp32 copy of x (4), the rest of the
@@ -558,6 +626,59 @@ def _mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int, te: bool 
     else:
         # native gelu/relu keeps its input; fc2 keeps the activation output: 2 tensors.
         add("mlp_intermediate", "mlp", (c + down_in) * width)
+
+
+def plain_mlp_act_saved_per_elem(spec: ModelSpec, setup: TrainingSetup, te: bool = False) -> tuple[float, float]:
+    """A non-gated MLP with ``relu`` or ``relu2``: (bytes per element of its width i kept between fc1/up_proj
+    and fc2/down_proj, of which only the output projection keeps: released by its backward, dropped when it is
+    frozen), ``c`` the compute dtype.
+
+    - ``relu`` (``ACT2FN["relu"]`` = nn.ReLU; OPT's ``OPTDecoderLayer.activation_fn``, modeling_opt.py):
+      ``relu`` saves its *output* (derivatives.yaml: ``threshold_backward(grad, result, 0)``), and fc2 reads
+      that very tensor (under autocast the 16-bit fc1 output stays 16-bit: no cast): one tensor, c·i, none of
+      it fc2's alone. (Transformer Engine linears, ``te``: fc2 keeps its own fp8 copy, 1·i, beside it.)
+    - ``relu2`` (``ReLUSquaredActivation.forward``, transformers/activations.py; Nemotron's ``NemotronMLP``):
+      ``relu_applied = relu(x)`` kept by relu (its output) and by ``torch.square`` (``pow(self, 2)``'s backward
+      takes ``self``), then ``squared`` kept by down_proj: 2·c·i, of which down_proj's alone c·i. Under CUDA
+      autocast ``square`` is ``at::pow`` (CompositeImplicitAutograd), an fp32-list op: pow keeps an fp32 copy of
+      relu's 16-bit output (4·i) and returns fp32; down_proj keeps its own 16-bit cast of it (2·i; the fp32
+      square is a temporary): 2 + 4 + 2 = 8 B per element, 2 of them down_proj's alone. ``te``: down_proj's
+      copy is 1 B."""
+    c = compute_bytes(setup)
+    down = 1.0 if te else float(c)
+    if spec.hidden_act == "relu":
+        return (c + (1.0 if te else 0.0)), (1.0 if te else 0.0)
+    if is_amp(setup):
+        return 2.0 + 4.0 + down, down
+    return float(c) + down, down
+
+
+def plain_mlp_act_forward_extra_per_elem(setup: TrainingSetup, spec: ModelSpec) -> int:
+    """The forward peak of a non-gated ``relu`` / ``relu2`` MLP beyond all the layer's saved tensors, in bytes per
+    element of its width (a checkpointed layer's forward spike, and a floor of every layer's): fc1/up_proj's
+    output, which no saved tensor is, stays alive while the activation runs (nn.ReLU's ``input``; in
+    ``ReLUSquaredActivation.forward`` the ``input`` argument until it returns; OPT's ``hidden_states`` until it is
+    rebound to the activation's output): c beyond the relu output (and relu2's square) being made. Under autocast
+    relu2 holds more: inside ``torch.square`` the 16-bit up_proj output (2), relu's output (2), pow's fp32 copy
+    of it (4) and the fp32 square (4) are alive, 12 of which the layer saves 6 so far and down_proj's 16-bit
+    cast (2) comes later: 12 − 8 = 4; at down_proj's cast the up_proj output is gone and the fp32 square is still
+    there: again 4 (traced)."""
+    if spec.hidden_act == "relu2" and is_amp(setup):
+        return 4
+    return compute_bytes(setup)
+
+
+def relu2_backward_extra_per_elem(setup: TrainingSetup) -> int:
+    """``relu2``'s backward peak beyond the gradient of down_proj's input (c·i, held by the walk), in bytes per
+    element of the MLP width: ``pow(self, 2)``'s backward is ``pow_backward(grad, self, exponent)``
+    (torch/csrc/autograd/FunctionsManual.cpp), ``grad * (exponent * self.pow(exponent - 1))``, whose two
+    temporaries live to the end of that full expression: with the result, three tensors of the pow's dtype
+    beside its incoming gradient. Without autocast all in the compute dtype: 3·c. Under autocast the pow ran
+    in fp32 (:func:`plain_mlp_act_saved_per_elem`): down_proj's 16-bit input gradient (2) becomes an fp32 one
+    (4, ``ToCopyBackward`` of the cast) and the three are fp32: 4 + 3·4 = 16 B in all, 16 − 2 beyond the
+    held 16-bit gradient. (Afterwards the cast back to 16 bits and relu's ``threshold_backward`` make
+    smaller ones.)"""
+    return 16 - 2 if is_amp(setup) else 3 * compute_bytes(setup)
 
 
 def _moe_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
@@ -702,9 +823,43 @@ def _lora_terms(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, terms: li
     from trainmem.model.lora_targets import targeted_layer_linears
     adapted = targeted_layer_linears(spec, setup.lora_targets, layer_idx)
     out = _lora_frozen(spec, setup, terms)
-    if layer_idx == 0 and not lora_input_requires_grad(setup):
+    if layer_idx == 0 and not lora_input_requires_grad(setup) and not opt_proj_adapter_bytes(spec, setup, "emb_out"):
         out = _lora_first_layer(spec, setup, adapted, out)
     return out + _lora_adapter_terms(spec, setup, adapted)
+
+
+def opt_proj_adapter_bytes(spec: ModelSpec, setup: TrainingSetup, reads: str) -> int:
+    """OPT with word_embed_proj_dim ≠ hidden (opt-350m) under LoRA targeting ``project_in`` (``reads`` =
+    ``emb_out``) or ``project_out`` (``head_in``; e.g. all-linear): what that adapter keeps, for T tokens, as
+    :func:`_lora_adapter_terms` counts a layer's (16-bit base: lora_A's fp32 copy of its input, 4·fin, and the
+    fp32 rank activation, 4·r; under autocast the 16-bit casts, 2·fin and 2·r, and the adapter weights' 16-bit
+    copies; fp32: the input itself is the embedding output / last hidden state, already kept: 4·r). An adapted
+    project_in also makes the first layer's input require grad (its output is the adapter's sum), so layer 0
+    keeps what a middle layer keeps. 0 for other families and targets."""
+    if not (setup.is_lora and opt_embed_proj_dim(spec)):
+        return 0
+    from trainmem.model.lora_targets import targeted_model_linears
+    lins = [lin for lin in targeted_model_linears(spec, setup.lora_targets) if lin.reads == reads]
+    if not lins:
+        return 0
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    rank, amp, fp32 = setup.lora_rank, is_amp(setup), setup.precision == "fp32"
+    out = 0
+    for lin in lins:
+        if fp32:
+            out += 4 * rank * T
+        elif amp:
+            out += 2 * (lin.fin + rank) * T + 2 * rank * (lin.fin + lin.fout)
+        else:
+            out += 4 * (lin.fin + rank) * T
+    return out
+
+
+def _opt_norm_input_is_new(spec: ModelSpec, amp: bool) -> bool:
+    """OPT under LoRA: the input LayerNorm's saved input is not the checkpointed (16-bit) layer input when
+    autocast casts it to fp32 (layer_norm is an fp32-list op; traced) or, post-LN, when the norm reads the
+    attention's residual sum instead."""
+    return spec.model_type == "opt" and (amp or opt_post_ln(spec))
 
 
 def _lora_frozen(spec: ModelSpec, setup: TrainingSetup, terms: list[Term]) -> list[Term]:
@@ -736,7 +891,7 @@ def _lora_frozen(spec: ModelSpec, setup: TrainingSetup, terms: list[Term]) -> li
         if t.name in _FROZEN_LINEAR_INPUTS or (t.name == "attn_out" and not kernel_keeps_out):
             continue  # (the math composite's output is o_proj's input only)
         per_elem = _norm_saved_per_elem(spec, setup)
-        if t.name == "input_norm" and spec.norm == "layernorm" and full:
+        if t.name == "input_norm" and spec.norm == "layernorm" and full and not _opt_norm_input_is_new(spec, amp):
             t = scaled(t, (8.0 / h) / per_elem)
         elif t.name in ("input_norm", "post_attention_norm") and spec.norm == "rmsnorm" and t.bytes:
             fp32_ckpt_input = t.name == "input_norm" and setup.precision == "fp32" and full
@@ -750,6 +905,9 @@ def _lora_frozen(spec: ModelSpec, setup: TrainingSetup, terms: list[Term]) -> li
             t = scaled(t, (4.0 * d + 4.0) / per_head)
         elif t.name == "post_sublayer_norms":  # Gemma-2/3: x.float() kept, not the fp32 normalised value
             t = scaled(t, 0.5)
+        elif t.name == "mlp_intermediate" and not spec.mlp_gated and spec.hidden_act in ("relu", "relu2"):
+            total, down_only = plain_mlp_act_saved_per_elem(spec, setup)
+            t = scaled(t, (total - down_only) / total)
         elif t.name == "mlp_intermediate":
             n = 4 if spec.mlp_gated else (5 if spec.hidden_act == "gelu_new" else 2)
             gelu_amp = spec.hidden_act == "gelu_new" and amp and not spec.mlp_gated
@@ -774,7 +932,8 @@ def _lora_first_layer(spec: ModelSpec, setup: TrainingSetup, adapted, out: list[
     core = bool(reads & {"attn_in", "q_a", "kv_a", "cross_in", "cross_q"})
     post = "mlp_in" in reads if spec.parallel_residual else (core or "attn_out" in reads)
     mlp = post or "mlp_in" in reads
-    out = [t for t in out if t.name != "input_norm"
+    # (post-LN OPT: "input_norm" is self_attn_layer_norm after the attention, kept once anything before it is)
+    out = [t for t in out if (t.name != "input_norm" or (post and opt_post_ln(spec)))
            and (core or t.component != "attention")
            and (post or t.component not in ("norm", "dropout"))
            and (mlp or t.name != "mlp_intermediate")]
@@ -868,6 +1027,12 @@ def _lora_inside_mlp_in(spec: ModelSpec, setup: TrainingSetup, adapted) -> int:
     return (4 * h + 4 * wide if amp else 8 * wide) - later
 
 
+def _relu_keeps_product(spec: ModelSpec) -> bool:
+    """A non-gated ``relu`` MLP (OPT): the output projection's input is relu's own saved output
+    (:func:`plain_mlp_act_saved_per_elem`), a saved tensor already, not a frame local of the LoRA frames below."""
+    return spec.hidden_act == "relu" and not spec.mlp_gated
+
+
 def lora_recompute_frame_bytes(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> int:
     """Peak bytes beyond a LoRA layer's saved tensors while non-reentrant checkpointing recomputes it
     (traced, tests/trace/test_lora_trace.py), for T tokens: the frames of the MLP
@@ -889,7 +1054,7 @@ def lora_recompute_frame_bytes(spec: ModelSpec, setup: TrainingSetup, layer_idx:
     if down:
         i = down[0].fin
         per_token += 4 * h if fp32 else (c * h if amp else (4 + c) * h)
-        stop = (0 if fp32 else c * i) + c * h + (4 * i if amp else 0)
+        stop = (0 if fp32 or _relu_keeps_product(spec) else c * i) + c * h + (4 * i if amp else 0)
     else:
         stop = 0
     per_token += max(stop, _lora_inside_mlp_in(spec, setup, adapted), 0)
@@ -917,7 +1082,8 @@ def lora_forward_frame_bytes(spec: ModelSpec, setup: TrainingSetup, layer_idx: i
     stop = 0
     if down:
         i = down[0].fin
-        stop = (0 if fp32 else c * i) + (4 * i if amp else 0) + c * h + 2 * (2 if amp else 4) * h
+        product = 0 if fp32 or _relu_keeps_product(spec) else c * i
+        stop = product + (4 * i if amp else 0) + c * h + 2 * (2 if amp else 4) * h
     per_token += max(stop, _lora_inside_mlp_in(spec, setup, adapted))
     per_token += r * h * (1 if lora_input_requires_grad(setup) else 2)
     return per_token * T // (setup.tp if setup.sp else 1)
@@ -933,6 +1099,45 @@ def lora_head_frame_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     return elem * spec.hidden_size * T // (setup.tp if setup.sp else 1)
 
 
+def recomputed_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes of a fully recomputed (non-reentrant checkpoint) layer's saved tensors that are its checkpointed
+    input itself, which the checkpoint already holds (the walk's ``act`` block): not allocated twice (traced).
+
+    - gpt_oss with an fp32 residual stream: the input RMSNorm's ``x.to(float32)`` is x itself;
+    - nemotron: ``NemotronLayerNorm1P`` keeps its input as given without autocast (with autocast, its 16-bit
+      cast: a new tensor, :func:`_layernorm1p`);
+    - opt, pre-LN: ``self_attn_layer_norm`` (nn.LayerNorm; an fp32-list op under CUDA autocast, whose input is
+      fp32 already) keeps the layer's input; post-LN (opt-350m, ``do_layer_norm_before`` false) q/k/v_proj read
+      the layer's input directly and keep it without autocast (under autocast each keeps its own 16-bit cast).
+    LoRA: :func:`_lora_frozen` drops it from the terms. Other families: 0 (not traced this way)."""
+    if setup.recompute != "full":
+        return 0
+    mt, r = spec.model_type, residual_bytes(setup)
+    held = r * spec.hidden_size * (setup.micro_batch * setup.seq_len // setup.cp) // (setup.tp if setup.sp else 1)
+    if mt == "gpt_oss":
+        return held if r == 4 else 0
+    if mt not in ("nemotron", "opt") or setup.is_lora:
+        return 0
+    if (mt == "nemotron" or opt_post_ln(spec)) and is_amp(setup):
+        return 0
+    return held
+
+
+def checkpoint_input_elem_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes per element of a checkpointed layer's input: the residual stream's, except post-LN OPT under
+    LoRA with autocast, whose layers hand on ``final_layer_norm``'s output: fp32 (layer_norm is an fp32-list
+    op under CUDA autocast) although the 16-bit base makes the stream 16-bit elsewhere (traced)."""
+    if opt_post_ln(spec) and setup.is_lora and is_amp(setup):
+        return 4
+    return residual_bytes(setup)
+
+
+def opt_post_ln(spec: ModelSpec) -> bool:
+    """OPT with ``do_layer_norm_before`` false (opt-350m): ``OPTDecoderLayer.forward`` normalises after each
+    residual add, so q/k/v_proj read the layer's input itself and the decoder has no final layer norm."""
+    return spec.model_type == "opt" and spec.hf_config.get("do_layer_norm_before", True) is False
+
+
 def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Bytes kept by the embedding stage per micro-batch: token ids are int64 (8 B/token, kept by the
     embedding backward), learned positions similarly, plus an embedding dropout mask."""
@@ -942,7 +1147,33 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> int:
         b += 8 * T
     if spec.hidden_dropout > 0 and spec.model_type in ("gpt2", "bert", "roberta"):
         b += T * spec.hidden_size
+    if spec.model_type == "opt" and setup.is_lora and lora_input_requires_grad(setup):
+        # ``enable_input_require_grads`` makes the frozen embedding's output a leaf that requires grad; its
+        # AccumulateGrad node keeps it alive to the end of the backward, and OPT's first layer reads a new
+        # tensor (``inputs_embeds + pos_embeds``, or project_in's output), not that leaf (traced)
+        b += residual_bytes(setup) * (opt_embed_proj_dim(spec) or spec.hidden_size) * T
+    b += opt_proj_adapter_bytes(spec, setup, "emb_out")
+    w = opt_embed_proj_dim(spec)
+    if w and not setup.is_lora:
+        # OPTDecoder.forward: ``project_in(inputs_embeds)`` keeps the embedding output (the parameters' dtype;
+        # under autocast its 16-bit cast) and, under autocast, the cached 16-bit copy of its weight (w·h)
+        b += (2 if is_amp(setup) else compute_bytes(setup)) * w * T + (2 * w * spec.hidden_size if is_amp(setup) else 0)
     return b
+
+
+def opt_embed_proj_dim(spec: ModelSpec) -> int:
+    """OPT's ``word_embed_proj_dim`` where it differs from hidden_size (opt-350m: 512 of 1024), i.e. where
+    ``OPTDecoder`` builds project_in / project_out; 0 otherwise (and for other families)."""
+    if spec.model_type != "opt":
+        return 0
+    w = spec.hf_config.get("word_embed_proj_dim") or spec.hidden_size
+    return w if w != spec.hidden_size else 0
+
+
+def opt_final_layer_norm(spec: ModelSpec) -> bool:
+    """Whether ``OPTDecoder`` has its ``final_layer_norm``: pre-LN (``do_layer_norm_before``) and not
+    ``_remove_final_layer_norm``."""
+    return not opt_post_ln(spec) and spec.hf_config.get("_remove_final_layer_norm", False) is not True
 
 
 def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -954,7 +1185,7 @@ def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     if spec.position == "rope":
         # position_ids default to arange(s)[None]: cos/sin are (1, s, d), broadcast over the batch; with CP
         # the sharded positions are passed, arange(s).expand(b, s) (torchtitan prepare_context_parallel_input)
-        rope_dim = spec.qk_rope_head_dim or spec.head_dim
+        rope_dim = spec.rotary_dim or spec.qk_rope_head_dim or spec.head_dim  # (nemotron: partial RoPE)
         if spec.model_type == "gpt_oss":
             # GptOssRotaryEmbedding.forward: ``emb = freqs`` (no cat(freqs, freqs)): (1, s, d/2) cos and sin,
             # each applied to both halves (modeling_gpt_oss.py @ 5.24.0 ``_apply_rotary_emb``)
@@ -962,9 +1193,10 @@ def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
         out += 2 * s * rope_dim * residual_bytes(setup) * (setup.micro_batch if torch_cp(setup) else 1)
     if sliding_window_mask(spec, setup):
         out += s * setup.seq_len  # the (1, 1, s, s) bool mask, kept by every layer's kernel
-    if spec.model_type == "gpt_oss" and setup.attn == "eager" and setup.recompute == "full":
+    if spec.model_type in ("gpt_oss", "nemotron", "opt") and setup.attn == "eager" and setup.recompute == "full":
         # non-reentrant checkpointing holds each layer's inputs, its additive mask among them, until that
-        # layer's backward: layer 0's mask lives to the end of the backward (gpt_oss_forward_frame_bytes)
+        # layer's backward: layer 0's mask lives to the end of the backward (gpt_oss_forward_frame_bytes;
+        # nemotron and opt: the one (b, 1, s, s) ``create_causal_mask`` mask in inputs_embeds' dtype, traced)
         out += _gpt_oss_mask_bytes(setup)
     return out
 
@@ -988,6 +1220,17 @@ def head_saved(spec: ModelSpec, setup: TrainingSetup, lm_input: bool = True) -> 
         # MLM head: transform dense (input kept), gelu (input kept), LayerNorm (input kept), decoder input
         c = compute_bytes(setup)
         return int(T * (lm_in + 2 * c * h + _norm_saved_per_elem(spec, setup) * h + lm_in))
+    if spec.model_type == "opt":
+        # OPTDecoder.forward: the final_layer_norm exists only pre-LN (opt_final_layer_norm); with
+        # word_embed_proj_dim ≠ hidden (opt-350m) ``project_out`` keeps its input (the final norm's output, or
+        # post-LN the last layer's output: lm_in's bytes) and lm_head keeps project_out's output (c·w)
+        norm = norm if opt_final_layer_norm(spec) else 0.0
+        if setup.is_lora and opt_embed_proj_dim(spec):  # (an adapted project_out's own tensors)
+            return int(T * norm) + opt_proj_adapter_bytes(spec, setup, "head_in")
+        w = opt_embed_proj_dim(spec)
+        if w and not setup.is_lora:
+            proj_in = (2.0 if is_amp(setup) else float(residual_bytes(setup))) * h
+            return int(T * (norm + proj_in + (compute_bytes(setup) * w if lm_input else 0.0)))
     if setup.sp and setup.engine == "fsdp2":
         # SequenceParallel final norm: its kept tensors are sequence shards; the LM head (ColwiseParallel,
         # input Shard(1)) saves the all-gathered, full-sequence input (trace/tp.py)

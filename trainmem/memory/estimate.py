@@ -257,6 +257,10 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
         out.append(f"gpu memory {s.gpu_memory / 2**30:.2f} GiB (--gpu-memory), not the catalog's {s.gpu}")
     if spec.approximate_shape:
         out.append(f"{spec.name}: " + spec.source)
+    layerdrop = spec.hf_config.get("layerdrop") if spec.model_type == "opt" else None
+    if isinstance(layerdrop, (int, float)) and not isinstance(layerdrop, bool) and layerdrop > 0:
+        out.append(f"opt layerdrop {layerdrop}: every layer is counted (OPTDecoder skips each layer with that "
+                   "probability in training; the peak is that of a step that skips none)")
     if s.attn == "flash":
         out.append("attn flash: flash-attention-2 kernels keep q, k, v, output and logsumexp (no s² buffer), native GQA")
     if s.loss == "fused-ce":

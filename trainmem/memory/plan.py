@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainmem.memory.activations import (LayerSaved, compute_bytes, eager_softmax_bytes, gpt_oss_forward_peak_bytes,
-                                         is_amp, layer_saved, model_wide_saved_bytes, residual_bytes,
-                                         sdpa_math_fallback, sink_attention_backward_bytes, torch_cp)
+from trainmem.memory.activations import (LayerSaved, checkpoint_input_elem_bytes, compute_bytes, eager_softmax_bytes,
+                                         fused_attention_backward_bytes, gpt_oss_forward_peak_bytes, is_amp,
+                                         layer_saved, model_wide_saved_bytes, opt_embed_proj_dim, opt_post_ln,
+                                         plain_mlp_act_forward_extra_per_elem, plain_mlp_act_saved_per_elem,
+                                         relu2_backward_extra_per_elem, residual_bytes, sdpa_math_fallback,
+                                         sink_attention_backward_bytes, te_fp8_linears, torch_cp)
 from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
 from trainmem.memory.states import RankParams, layers_of_stage, lora_param_count
 from trainmem.model.spec import ModelSpec
@@ -61,6 +64,10 @@ class StepPlan:
     act_per_layer: int = 0
     emb_grad: int = 0
     """Elements of the embedding gradient the embedding's own backward makes."""
+    emb_tied: int | None = None
+    """Elements of the first stage's embedding gradients that a tied LM head's backward creates (None: all of
+    ``emb_train``); the rest (``emb_train - emb_tied``: OPT's learned positions and project_in) is created by
+    their own backward at the very end (:func:`_tied_head_embedding_part`)."""
     emb_backward_transient: int = 0
     """Bytes alive with it (torch TP's full-vocabulary gradient before its reduce-scatter)."""
     mlp_gated: bool = True
@@ -111,6 +118,8 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
               for i, mm in zip(layer_ids, rp.layer_matmul)]
     head_copy = 2 * (spec.params.lm_head or spec.params.embedding) // s.tp if (
         amp_copy and last and not spec.is_encoder and not s.is_lora) else 0
+    if head_copy and opt_embed_proj_dim(spec):  # OPT's project_out: its 16-bit weight copy, kept by its matmul
+        head_copy += 2 * opt_embed_proj_dim(spec) * spec.hidden_size // s.tp
     layer_kind = _layer_kinds(spec, s, layer_ids, fp8)
     saved = [ls.total_bytes for ls in layer_kind]
     plan = StepPlan(
@@ -118,7 +127,7 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
         layer_experts=[0 if s.is_lora else spec.params.layers[i].experts // s.ep // s.tp for i in layer_ids],
         head_train=head_train, emb_train=0 if s.is_lora else (rp.embedding if first else 0),
         saved=saved, saved_eff=_saved_under_recompute(spec, s, layer_kind, saved, layer_ids, fp8),
-        parts=[_layer_parts(spec, s, ls) for ls in layer_kind], copies=copies,
+        parts=[_layer_parts(spec, s, ls, fp8) for ls in layer_kind], copies=copies,
         copy_frac=[_mlp_copy_fraction(spec, i) for i in layer_ids],
         mlp_frac=[_mlp_param_fraction(spec, i) for i in layer_ids],
         norm_part=next((t.bytes for t in layer_kind[-1].terms if t.name == "input_norm"), 0) if layer_ids else 0,
@@ -126,6 +135,7 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
         mlp_gated=spec.mlp_gated)
     _set_transients(spec, s, plan)
     plan.emb_grad, plan.emb_backward_transient = _embedding_backward(spec, s, plan.emb_train)
+    plan.emb_tied = _tied_head_embedding_part(spec, s, plan.emb_train)
     if bulk:
         plan.bulk_of, plan.skip = _bulk_runs(plan)
     return plan
@@ -173,7 +183,8 @@ def _saved_under_recompute(spec: ModelSpec, s: TrainingSetup, kinds: list[LayerS
         return [_selective(s, ls) for ls in kinds]
     if s.recompute == "full":
         # (block method: the first recompute_layers of the stage keep their checkpointed input only)
-        ckpt_input = residual_bytes(s) * (s.micro_batch * s.seq_len // s.cp) * spec.hidden_size // (s.tp if s.sp else 1)
+        ckpt_input = checkpoint_input_elem_bytes(spec, s) * (s.micro_batch * s.seq_len // s.cp) * spec.hidden_size \
+            // (s.tp if s.sp else 1)
         return [ckpt_input if s.recomputes(j) == "full" else n for j, n in enumerate(saved)]
     return saved
 
@@ -185,6 +196,9 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
     sp_div = s.tp if s.sp else 1
     plan.wide = model_wide_saved_bytes(spec, s)
     plan.fwd_tmp = 2 * r * T * h
+    if not spec.mlp_gated and spec.hidden_act in ("relu", "relu2"):  # (nemotron, opt: traced, activations.py)
+        plan.fwd_tmp = max(plan.fwd_tmp, plain_mlp_act_forward_extra_per_elem(s, spec) * T * spec.intermediate_size
+                           // s.tp)
     if s.recompute != "full":  # gpt_oss: its eager attention's and experts' forward peaks (0 for other families)
         plan.fwd_tmp = max(plan.fwd_tmp, gpt_oss_forward_peak_bytes(spec, s))
     if s.qlora:
@@ -203,6 +217,8 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
     plan.mlp_bwd_extra = 2 * c if spec.mlp_gated else c
     if spec.hidden_act == "gelu_new" and is_amp(s):
         plan.mlp_bwd_extra = 14 - c
+    if spec.hidden_act == "relu2" and not spec.mlp_gated:  # (nemotron: pow's backward, activations.py)
+        plan.mlp_bwd_extra = relu2_backward_extra_per_elem(s)
     plan.mlp_width = max(spec.intermediate_size, spec.num_experts_per_tok * spec.moe_intermediate_size) // s.tp
     a, kv, d, dv = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
     plan.o_frac = a * dv / (a * d + kv * d + kv * dv + a * dv)  # o_proj's share of the attention weights
@@ -212,6 +228,14 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
         # gradient (fp32), both b·a·s² (compute dtype for families whose softmax is not upcast)
         sm = eager_softmax_bytes(spec, s)
         plan.attn_transient += 2 * sm * s.micro_batch * a * (s.seq_len // s.cp) * s.seq_len // s.tp
+    if s.attn == "sdpa" and spec.model_type in _EAGER_V_GRAD_ONLY and not sdpa_math_fallback(spec, s) \
+            and not torch_cp(s):
+        plan.attn_transient = fused_attention_backward_bytes(spec, s)
+    if s.attn == "eager" and spec.model_type in _EAGER_V_GRAD_ONLY:
+        # (nemotron, opt: traced) the s² pair peaks beside the P·V matmul's v gradient alone: o_proj's input
+        # gradient is spent by then, dq and dk come after the s² gradients are gone
+        sm = eager_softmax_bytes(spec, s)
+        plan.attn_transient = (c * T * a * dv + 2 * sm * s.micro_batch * a * (s.seq_len // s.cp) * s.seq_len) // s.tp
     if sink_attention_backward_bytes(spec, s):  # gpt_oss, eager: its sink softmax's backward (activations.py)
         plan.attn_transient = sink_attention_backward_bytes(spec, s)
     if torch_cp(s) and s.attn == "sdpa":  # torch's ring attention (memory/context_parallel.py)
@@ -222,6 +246,16 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
         if s.recompute == "full":  # (the walk adds the layer's whole saved set to a checkpointed forward's spike)
             fwd -= ls.total_bytes
         plan.fwd_tmp = max(plan.fwd_tmp, fwd)
+
+
+def _tied_head_embedding_part(spec: ModelSpec, s: TrainingSetup, emb_train: int) -> int | None:
+    """OPT: of the first stage's embedding-side parameters (``rank_params`` counts the learned positions and
+    project_in with the token embedding), only ``embed_tokens`` is the LM head's tied weight, whose gradient the
+    head's backward creates; ``embed_positions`` (and project_in) get theirs at their own backward, the last
+    of the step (traced). None for the other families (unchanged: all at the head's backward)."""
+    if spec.model_type != "opt" or not spec.tie_word_embeddings or not emb_train or s.tp > 1:
+        return None
+    return min(spec.params.embedding, emb_train)
 
 
 def _embedding_backward(spec: ModelSpec, s: TrainingSetup, emb_train: int) -> tuple[int, int]:
@@ -265,23 +299,28 @@ def _bulk_runs(plan: StepPlan) -> tuple[dict[int, list[int]], set[int]]:
     return bulk_of, skip
 
 
-def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int, int, int, int]:
+def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved, fp8: bool = False) -> tuple[int, int, int, int]:
     """A layer's saved bytes as (MLP output projection's input, rest of the MLP block, attention
     tensors released before the attention core's backward (o_proj input; eager: probabilities'
     16-bit copy and v), the rest of attention and norms). Backward runs the MLP first: once down_proj's
     backward is done, its saved input (the product, width i) and its weight copy are released."""
     total = ls.total_bytes
     mlp = sum(t.bytes for t in ls.terms if t.component in ("mlp", "experts", "router"))
-    if (torch_cp(s) and s.attn == "sdpa") or spec.model_type == "gpt_oss":
+    if (torch_cp(s) and s.attn == "sdpa") or spec.model_type in ("gpt_oss", "nemotron", "opt"):
         # the post-attention norm's saved tensors die at its backward, before attention's: counted with the
         # MLP block, as the ring's backward spike can be the step's peak (traced, tests/trace/test_cp_trace.py),
-        # and gpt_oss's eager attention backward (tests/trace/test_gpt_oss_trace.py)
+        # and gpt_oss's eager attention backward (tests/trace/test_gpt_oss_trace.py); nemotron and opt alike
+        # (tests/trace/test_nemotron_opt_trace.py)
         mlp += sum(t.bytes for t in ls.terms if t.name == "post_attention_norm")
+        mlp += sum(t.bytes for t in ls.terms if t.name == "norm_weight_plus_one") // 2  # (its half: LayerNorm1P's)
     early = sum(t.bytes for t in ls.terms if t.name in _ATTN_EARLY)
     prod = 0
     for t in ls.terms:
         if s.is_lora:  # frozen output projection: only its adapter's input and rank activation (activations.py)
             prod += t.bytes if t.name == "lora_down_input" else 0
+        elif t.name == "mlp_intermediate" and not spec.mlp_gated and spec.hidden_act in ("relu", "relu2"):
+            kept, down_only = plain_mlp_act_saved_per_elem(spec, s, te_fp8_linears(s, fp8))
+            prod = int(t.bytes * down_only / kept)  # (relu: fc2 reads relu's own saved output: nothing alone)
         elif t.name == "mlp_intermediate":
             prod = t.bytes // (4 if spec.mlp_gated else (5 if spec.hidden_act == "gelu_new" else 2))
             if spec.hidden_act == "gelu_new" and is_amp(s):
@@ -290,6 +329,19 @@ def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved) -> tuple[int
             prod = t.bytes // 4
         elif t.name in ("mlp_down_input", "expert_down_input"):  # megatron: linear_fc2's saved input
             prod = t.bytes
+    if spec.model_type == "opt":
+        # OPTDecoderLayer's two dropout masks die at the start of their blocks' backward (traced): the one after
+        # fc2 with the MLP's first release, the one after out_proj before the attention core's backward
+        masks = sum(t.bytes for t in ls.terms if t.name == "dropout_masks")
+        prod, mlp, early = prod + masks // 2, mlp + masks // 2, early + masks - masks // 2
+    if opt_post_ln(spec):
+        # post-LN (opt-350m): each layer's backward starts with final_layer_norm (its input, the
+        # "post_attention_norm" term, goes first) and runs self_attn_layer_norm (the "input_norm" term) between
+        # the MLP's backward and the attention's (traced)
+        post = sum(t.bytes for t in ls.terms if t.name == "post_attention_norm")
+        first = sum(t.bytes for t in ls.terms if t.name == "input_norm")
+        prod += post
+        early += first
     return prod, mlp - prod, early, total - mlp - early
 
 
@@ -307,6 +359,12 @@ def _mlp_copy_fraction(spec: ModelSpec, idx: int) -> float:
 
 
 _FUSED_QKV = ("gpt2", "gpt_neox", "falcon", "phi3")
+#: Eager attention backward, traced (tests/trace/test_nemotron_opt_trace.py): the probabilities' gradient, its
+#: fp32 upcast and softmax's input gradient come out of ``matmul(probs, v)``'s backward, which also made v's
+#: gradient (a·dv per token, repeat_kv's expanded heads; OPT repeats nothing: a = kv); autograd runs the
+#: probabilities' branch first (higher sequence numbers), so that v gradient waits beside the s² pair, while
+#: o_proj's input gradient is already spent and q's and k's come once the s² tensors are gone.
+_EAGER_V_GRAD_ONLY = ("nemotron", "opt")
 
 
 def _torchtitan_op_sac(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:

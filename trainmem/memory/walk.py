@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from trainmem.memory.activations import (embedding_saved, gpt_oss_recompute_frame_bytes, head_saved,
                                          lora_forward_frame_bytes, lora_head_frame_bytes, lora_recompute_frame_bytes,
-                                         residual_bytes)
+                                         recomputed_checkpoint_input_bytes)
 from trainmem.memory.engines import Engine
 from trainmem.memory.loss import LossBuffers
 from trainmem.memory.plan import StepPlan
@@ -171,7 +171,7 @@ class StepWalk:
         p = self.plan
         pieces = [("g_head", p.head_train)]
         if self.spec.tie_word_embeddings and self.first:
-            pieces.append(("g_emb", p.emb_train))
+            pieces.append(("g_emb", p.emb_train if p.emb_tied is None else p.emb_tied))
         for key, n in pieces:
             if n <= 0:
                 continue
@@ -209,7 +209,11 @@ class StepWalk:
         tl.free(f"logits{mb}")  # loop "script": ``outputs`` goes out of scope after backward()
         if self.first:
             tl.alloc(f"embfull{mb}", "temporaries", p.emb_backward_transient)  # (torch TP, plan.py)
-            eng.grad("g_emb", p.emb_grad, mb)
+            if p.emb_tied is None:
+                eng.grad("g_emb", p.emb_grad, mb)
+            else:  # (OPT, tied: the token embedding's part is added to the head's; positions get their own)
+                eng.grad("g_emb", p.emb_tied, mb)
+                eng.grad("g_pos", p.emb_grad - p.emb_tied, mb)
             tl.free(f"ligergw{mb}.g_emb")  # (fused linear CE, tied, second micro-batch on: added now)
             tl.free(f"embfull{mb}")
             tl.free(f"emb{mb}")
@@ -240,7 +244,7 @@ class StepWalk:
         if self.spec.tie_word_embeddings and self.first and not fused:
             # tied LM head: the embedding's gradient is created here, at the head's backward, and the
             # embedding's own backward adds to it at the very end
-            self.eng.grad("g_emb", p.emb_train, mb)
+            self.eng.grad("g_emb", p.emb_train if p.emb_tied is None else p.emb_tied, mb)
         tl.spike(f"headbwd{mb}", "temporaries", loss.head_backward_transient_bytes)
         tl.free(f"glogits{mb}")
         tl.free(f"hcopy{mb}")
@@ -303,10 +307,10 @@ class StepWalk:
         tl.alloc(f"rc{mb}.{idx}.p", "activations", prod)
         tl.alloc(f"rc{mb}.{idx}.m", "activations", mlp_rest)
         tl.alloc(f"rc{mb}.{idx}.e", "activations", early)
-        if full and self.spec.model_type == "gpt_oss" and residual_bytes(s) == 4:
-            # an fp32 residual stream: the recomputed input norm keeps the checkpointed input itself, already
-            # held (act{mb}.{idx}): not twice (traced, tests/trace/test_gpt_oss_trace.py)
-            attn -= 4 * self.spec.hidden_size * p.tokens // (s.tp if s.sp else 1)
+        if full:
+            # what the recomputed layer saves that is the checkpointed input itself, already held (act{mb}.{idx}):
+            # not twice (gpt_oss with an fp32 stream, nemotron, opt; traced, activations.py)
+            attn -= recomputed_checkpoint_input_bytes(self.spec, s)
         tl.alloc(f"recomp{mb}.{idx}", "activations", attn)
         if s.is_lora and full:  # the recomputed forward's frames at its early stop
             tl.spike(f"rcframe{mb}.{idx}", "activations", lora_recompute_frame_bytes(self.spec, s, idx))

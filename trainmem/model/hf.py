@@ -54,7 +54,8 @@ _BOUNDS: dict[str, tuple[int, int | None]] = {
     **dict.fromkeys(("head_dim", "v_head_dim", "qk_rope_head_dim", "kv_lora_rank", "q_lora_rank"), (1, _HEADS)),
     "qk_nope_head_dim": (0, _HEADS),
     "vocab_size": (1, _VOCAB),
-    **dict.fromkeys(("intermediate_size", "n_inner", "ffn_hidden_size", "moe_intermediate_size"), (1, _WIDTH)),
+    **dict.fromkeys(("intermediate_size", "n_inner", "ffn_hidden_size", "moe_intermediate_size", "ffn_dim",
+                     "word_embed_proj_dim"), (1, _WIDTH)),
     "shared_expert_intermediate_size": (0, _WIDTH),
     **dict.fromkeys(("max_position_embeddings", "n_positions"), (1, _POSITIONS)),
     "type_vocab_size": (1, _HEADS),
@@ -78,9 +79,9 @@ KNOWN_ROPE_TYPES: frozenset[str] = frozenset((
     "default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"))
 #: Families whose config class checks ``hidden_size % num_attention_heads`` even when head_dim is
 #: given (``validate_architecture`` of llama, gemma2, gemma3, deepseek_v2, gpt_neox; gpt2, falcon,
-#: bert and roberta derive head_dim and raise in their attention modules).
+#: bert, roberta and opt derive head_dim and raise in their attention modules; nemotron floors h // a unchecked).
 _HEADS_DIVIDE_HIDDEN = frozenset(("llama", "gemma2", "gemma3_text", "deepseek_v2", "gpt_neox", "gpt2",
-                                  "falcon", "bert", "roberta"))
+                                  "falcon", "bert", "roberta", "opt"))
 
 
 def _linear(n_in: int, n_out: int, bias: bool) -> _Pair:
@@ -596,6 +597,124 @@ def _falcon(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
         source=source, hf_config=dict(c.raw))
 
 
+def _nemotron(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
+    """NemotronForCausalLM (models/nemotron/modeling_nemotron.py, configuration_nemotron.py @ 5.24): q/k/v/o
+    (``attention_bias``, default False) of ``head_dim`` (default h // a) with grouped kv heads; ``NemotronMLP``
+    up_proj → ``relu2`` → down_proj (``mlp_bias``, default False), not gated; ``NemotronLayerNorm1P`` (an
+    nn.LayerNorm with weight and bias, applied with weight + 1) as input, post-attention and final norm; partial
+    RoPE (``partial_rotary_factor``, default 0.5, :func:`_nemotron_rotary_dim`); lm_head untied by default.
+    ``NemotronConfig`` leaves ``num_key_value_heads`` None when it is absent and ``NemotronAttention`` divides by
+    it (``num_heads // num_key_value_heads``): such a config cannot be built, a ConfigError here."""
+    h = c.get_int("hidden_size", required=True)
+    num_layers = c.get_int("num_hidden_layers", required=True)
+    heads = c.get_int("num_attention_heads", required=True)
+    vocab = c.get_int("vocab_size", required=True)
+    if c.get("num_key_value_heads") is None:
+        raise ConfigError(f"{c.where} (model_type 'nemotron') lacks 'num_key_value_heads' (NemotronConfig has no "
+                          "default for it and NemotronAttention divides num_attention_heads by it)")
+    kv = c.get_int("num_key_value_heads")
+    if c.get("head_dim") is not None:
+        d = c.get_int("head_dim")
+    elif h // heads < 1:
+        raise ConfigError(f"{c.where}: num_attention_heads({heads}) is above hidden_size({h}): head_dim would be 0")
+    else:
+        d = h // heads  # NemotronConfig.__post_init__: hidden_size // num_attention_heads (floor, no check)
+    inter = c.get_int("intermediate_size", 24576)
+    bias, mlp_bias = c.flag("attention_bias", False), c.flag("mlp_bias", False)
+    attention = _add(_linear(h, heads * d, bias), _linear(h, kv * d, bias), _linear(h, kv * d, bias),
+                     _linear(heads * d, h, bias))
+    mlp = _add(_linear(h, inter, mlp_bias), _linear(inter, h, mlp_bias))
+    layer = LayerParams(attention=attention[0], norms=4 * h, mlp=mlp[0], matmul=attention[1] + mlp[1])
+    tie = c.flag("tie_word_embeddings", False)
+    return ModelSpec(
+        name=name, model_type="nemotron", architecture="NemotronForCausalLM", hidden_size=h,
+        num_layers=num_layers, num_attention_heads=heads, num_kv_heads=kv, head_dim=d, v_head_dim=d,
+        intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=tie, mlp_gated=False,
+        hidden_act=str(c.get("hidden_act", "relu2")), norm="layernorm", position="rope",
+        max_position_embeddings=c.get_int("max_position_embeddings", 4096),
+        rotary_dim=_nemotron_rotary_dim(c, d),
+        attention_dropout=c.num("attention_dropout", 0.0) or 0.0,
+        params=ParamCounts(embedding=vocab * h, position_embedding=0, layers=(layer,) * num_layers,
+                           final_norm=2 * h, lm_head=0 if tie else vocab * h),
+        source=source, hf_config=dict(c.raw))
+
+
+def _nemotron_rotary_dim(c: _Config, d: int) -> int:
+    """The rotated dimensions of a head: ``NemotronRotaryEmbedding.compute_default_rope_parameters`` builds
+    ``inv_freq`` over ``dim = int(head_dim · partial_rotary_factor)`` (``arange(0, dim, 2)``: ceil(dim/2)
+    frequencies) and ``cat((freqs, freqs))`` makes cos/sin of 2·ceil(dim/2) columns; ``apply_rotary_pos_emb``
+    rotates ``q[..., :rot_dim]`` and passes the rest through. The factor is read where NemotronConfig puts it:
+    ``rope_parameters`` (or the legacy ``rope_scaling``) when it names one, else the top-level key (default 0.5,
+    ``NemotronConfig.__post_init__``); a null top-level factor leaves ``rope_parameters`` without one, and
+    ``NemotronAttention`` then fails on ``rope_parameters["partial_rotary_factor"]``."""
+    factor: Any = 0.5
+    for key in ("rope_scaling", "rope_parameters"):
+        params = c.get(key)
+        if isinstance(params, Mapping) and "partial_rotary_factor" in params:
+            factor = params["partial_rotary_factor"]
+            break
+    else:
+        if c.has("partial_rotary_factor"):
+            factor = c.get("partial_rotary_factor")
+            if factor is None:
+                raise ConfigError(f"{c.where}: partial_rotary_factor=null leaves NemotronAttention without one "
+                                  "(rope_parameters['partial_rotary_factor'])")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise ConfigError(f"{c.where}: partial_rotary_factor={factor!r} is not a number in (0, 1]")
+    dim = int(d * factor)
+    rot = 2 * ((dim + 1) // 2)
+    if rot > d:  # an odd head fully rotated: cos has d + 1 columns, q[..., :d + 1] has d
+        raise ConfigError(f"{c.where}: RoPE needs an even rotary dimension, got head_dim({d}) · "
+                          f"partial_rotary_factor({factor}) = {dim}")
+    return rot
+
+
+def _opt(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
+    """OPTForCausalLM (models/opt/modeling_opt.py, configuration_opt.py @ 5.24): ``embed_tokens`` (V ×
+    word_embed_proj_dim, default hidden_size), ``OPTLearnedPositionalEmbedding`` (max_position_embeddings + 2
+    rows: the fairseq offset of 2), ``project_in`` / ``project_out`` (Linear without bias, only when
+    word_embed_proj_dim ≠ hidden_size: opt-350m); per layer q/k/v/out_proj and fc1/fc2 with bias
+    (``enable_bias``), ``self_attn_layer_norm`` and ``final_layer_norm`` (nn.LayerNorm, weight and bias unless
+    ``layer_norm_elementwise_affine`` is false); the decoder's ``final_layer_norm`` only with
+    ``do_layer_norm_before`` (pre-LN; opt-350m is post-LN) and not ``_remove_final_layer_norm``; lm_head
+    (word_embed_proj_dim → V) tied to embed_tokens by default.
+
+    Components: project_in counts with the position embedding (the first stage's extra parameters),
+    project_out in ``other`` (the last stage's); ``OPTAttention`` raises unless heads divide hidden_size."""
+    h = c.get_int("hidden_size", required=True)
+    num_layers = c.get_int("num_hidden_layers", required=True)
+    heads = c.get_int("num_attention_heads", required=True)
+    vocab = c.get_int("vocab_size", required=True)
+    if h % heads:
+        raise ConfigError(f"{c.where}: num_attention_heads({heads}) does not divide hidden_size({h})")
+    ffn = c.get_int("ffn_dim", 3072)
+    positions = c.get_int("max_position_embeddings", 2048)
+    w = c.opt_int("word_embed_proj_dim", None) or h  # OPTConfig.__post_init__: None → hidden_size
+    bias = c.flag("enable_bias", True)
+    ln = 2 * h if c.flag("layer_norm_elementwise_affine", True) else 0
+    pre_ln = c.flag("do_layer_norm_before", True)
+    final_ln = ln if pre_ln and not c.flag("_remove_final_layer_norm", False) else 0
+    attention = _add(*(_linear(h, h, bias),) * 4)
+    mlp = _add(_linear(h, ffn, bias), _linear(ffn, h, bias))
+    layer = LayerParams(attention=attention[0], norms=2 * ln, mlp=mlp[0], matmul=attention[1] + mlp[1])
+    proj = w * h if w != h else 0
+    tie = c.flag("tie_word_embeddings", True)
+    layerdrop = c.num("layerdrop", 0.0) or 0.0
+    if not 0 <= layerdrop <= 1:
+        raise ConfigError(f"{c.where}: layerdrop={layerdrop!r} is not a probability")
+    return ModelSpec(
+        name=name, model_type="opt", architecture="OPTForCausalLM", hidden_size=h, num_layers=num_layers,
+        num_attention_heads=heads, num_kv_heads=heads, head_dim=h // heads, v_head_dim=h // heads,
+        intermediate_size=ffn, vocab_size=vocab, tie_word_embeddings=tie, mlp_gated=False,
+        hidden_act=str(c.get("activation_function", "relu")), norm="layernorm", position="learned",
+        max_position_embeddings=positions,
+        attention_dropout=c.num("attention_dropout", 0.0) or 0.0, hidden_dropout=c.num("dropout", 0.1) or 0.0,
+        params=ParamCounts(embedding=vocab * w, position_embedding=(positions + 2) * h + proj,
+                           layers=(layer,) * num_layers, final_norm=final_ln, lm_head=0 if tie else vocab * w,
+                           other=proj),
+        source=source, hf_config=dict(c.raw))
+
+
 def _bert(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
     """BertForMaskedLM / RobertaForMaskedLM (no pooler: add_pooling_layer=False).
 
@@ -638,7 +757,7 @@ def _bert(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
 
 
 # --------------------------------------------------------------------------- checks
-_ACT_KEY = {"gpt2": "activation_function", "falcon": "activation",
+_ACT_KEY = {"gpt2": "activation_function", "falcon": "activation", "opt": "activation_function",
             **{mt: f.act_key for mt, f in _FAMILIES.items()}}
 """The config key of the activation, per model_type (default ``hidden_act``)."""
 
@@ -710,6 +829,7 @@ _BUILDERS: dict[str, _Builder] = {
     **{mt: _rope_decoder for mt in _FAMILIES},
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "falcon": _falcon, "bert": _bert, "roberta": _bert,
+    "nemotron": _nemotron, "opt": _opt,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*_BUILDERS, "gemma3"]))
 """HF ``model_type`` values understood (``gemma3`` = a multimodal config; its text_config is used)."""

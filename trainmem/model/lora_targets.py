@@ -59,7 +59,8 @@ class LoraLinear:
     reads: str
     """The tensor it reads, shared by linears with the same value: ``attn_in`` (the input norm's output),
     ``attn_out`` (attention output), ``mlp_in``, ``mlp_act`` (the MLP's activation/product),
-    ``shared_act``, ``q_a`` / ``kv_a`` (MLA's normalised latents), ``head_in``."""
+    ``shared_act``, ``q_a`` / ``kv_a`` (MLA's normalised latents), ``head_in``, ``emb_out`` (OPT's
+    project_in, reading the token embeddings)."""
 
     @property
     def name(self) -> str:
@@ -112,6 +113,14 @@ def layer_linears(spec: ModelSpec, layer_idx: int) -> tuple[LoraLinear, ...]:
         return (L("attention.self.query", h, h, "attn_in"), L("attention.self.key", h, h, "attn_in"),
                 L("attention.self.value", h, h, "attn_in"), L("attention.output.dense", h, h, "attn_out"),
                 L("intermediate.dense", h, i, "mlp_in"), L("output.dense", i, h, "mlp_act"))
+    if mt == "opt":  # OPTAttention q/k/v/out_proj (h → h), OPTDecoderLayer fc1 / fc2
+        return (L("self_attn.q_proj", h, h, "attn_in"), L("self_attn.k_proj", h, h, "attn_in"),
+                L("self_attn.v_proj", h, h, "attn_in"), L("self_attn.out_proj", h, h, "attn_out"),
+                L("fc1", h, i, "mlp_in"), L("fc2", i, h, "mlp_act"))
+    if mt == "nemotron":  # NemotronAttention q/k/v/o_proj; NemotronMLP up_proj / down_proj (no gate)
+        return (L("self_attn.q_proj", h, a * d, "attn_in"), L("self_attn.k_proj", h, kv * d, "attn_in"),
+                L("self_attn.v_proj", h, kv * dv, "attn_in"), L("self_attn.o_proj", a * dv, h, "attn_out"),
+                L("mlp.up_proj", h, i, "mlp_in"), L("mlp.down_proj", i, h, "mlp_act"))
     if mt == "phi3":
         return (L("self_attn.qkv_proj", h, a * d + 2 * kv * d, "attn_in"), L("self_attn.o_proj", a * d, h, "attn_out"),
                 L("mlp.gate_up_proj", h, 2 * i, "mlp_in"), L("mlp.down_proj", i, h, "mlp_act"))
@@ -139,12 +148,17 @@ def layer_linears(spec: ModelSpec, layer_idx: int) -> tuple[LoraLinear, ...]:
 
 
 def model_linears(spec: ModelSpec) -> tuple[LoraLinear, ...]:
-    """Linears outside the decoder layers other than the output layer: the MLM heads' transform."""
+    """Linears outside the decoder layers other than the output layer: the MLM heads' transform; OPT's
+    project_in / project_out (only where word_embed_proj_dim ≠ hidden_size)."""
     h = spec.hidden_size
     if spec.model_type == "bert":
         return (LoraLinear("cls.predictions.transform.dense", h, h, "head_in"),)
     if spec.model_type == "roberta":
         return (LoraLinear("lm_head.dense", h, h, "head_in"),)
+    w = spec.hf_config.get("word_embed_proj_dim") or h
+    if spec.model_type == "opt" and w != h:  # OPTDecoder project_in (w → h) / project_out (h → w), opt-350m
+        return (LoraLinear("model.decoder.project_in", w, h, "emb_out"),
+                LoraLinear("model.decoder.project_out", h, w, "head_in"))
     return ()
 
 

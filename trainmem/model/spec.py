@@ -122,6 +122,10 @@ class ModelSpec:
     qk_rope_head_dim: int | None = None
     qk_nope_head_dim: int | None = None
     # Extras that change activation memory
+    rotary_dim: int | None = None
+    """Dimensions of each q/k head that RoPE rotates when it rotates only part of the head (nemotron's
+    ``partial_rotary_factor``: the rotary cos/sin are (s, rotary_dim)); None: the whole head (or, for MLA,
+    ``qk_rope_head_dim``)."""
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
     sliding_window: int | None = None

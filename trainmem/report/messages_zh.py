@@ -556,6 +556,17 @@ PATTERNS: list[tuple[str, str]] = [
      "{w}：{k}.rope_type={v} 不是 transformers 支持的 RoPE 类型：{known!l}"),
     ("{w}: {k:w}.factor={v} is not a positive number", "{w}：{k}.factor={v} 不是正数"),
     ("{w}: RoPE needs an even rotary dimension, got head_dim({d:d})", "{w}：RoPE 的旋转维度必须是偶数，当前 head_dim({d})"),
+    ("{w}: RoPE needs an even rotary dimension, got head_dim({d:d}) · partial_rotary_factor({f}) = {r:d}",
+     "{w}：RoPE 的旋转维度必须是偶数，当前 head_dim({d}) · partial_rotary_factor({f}) = {r}"),
+    ("{w}: partial_rotary_factor={v} is not a number in (0, 1]", "{w}：partial_rotary_factor={v} 不是 (0, 1] 之间的数"),
+    ("{w}: partial_rotary_factor=null leaves NemotronAttention without one (rope_parameters['partial_rotary_factor'])",
+     "{w}：partial_rotary_factor=null 会让 NemotronAttention 拿不到这个值（rope_parameters['partial_rotary_factor']）"),
+    ("{w}: layerdrop={v} is not a probability", "{w}：layerdrop={v} 不是概率值"),
+    ("{w}: num_attention_heads({a:d}) is above hidden_size({h:d}): head_dim would be 0",
+     "{w}：num_attention_heads({a}) 大于 hidden_size({h})：head_dim 会是 0"),
+    ("opt layerdrop {p}: every layer is counted (OPTDecoder skips each layer with that probability in training; the "
+     "peak is that of a step that skips none)",
+     "opt layerdrop {p}：所有层都计入（OPTDecoder 训练时以该概率跳过每一层；峰值按一层都不跳过的训练步计算）"),
     ("a config must be a JSON object, got {t:w}", "config 必须是 JSON 对象，当前为 {t}"),
     ("model_type {mt} is not supported; supported: {known}", "不支持 model_type {mt}；支持的有：{known!l}"),
     # model/lora_targets.py

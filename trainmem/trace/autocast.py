@@ -24,7 +24,16 @@ autograd exactly as CUDA's are.
 
 Limitation: a ``TorchFunctionMode`` sees Python-level calls. Ops that a C++ composite dispatches
 internally are not re-examined (CUDA autocast would examine them); the Python functional wrappers
-that matter are mapped by name (``F.cross_entropy`` → fp32, like its ``log_softmax``/``nll_loss``).
+that matter are mapped by name (``F.cross_entropy`` → fp32, like its ``log_softmax``/``nll_loss``;
+``torch.square`` → fp32: ``aten::square`` is CompositeImplicitAutograd, ``at::pow(self, 2)``
+(aten/src/ATen/native/UnaryOps.cpp), and ``pow.Tensor_Scalar`` has an ``AutocastCUDA`` kernel of the fp32
+list while ``square`` has none, so on CUDA ``square`` of a 16-bit tensor computes and returns fp32 —
+transformers' ``relu2``, ``ReLUSquaredActivation``).
+
+``torch.is_autocast_enabled()`` without a device type asks about CUDA (torch 2.x); code that calls it that
+way (transformers' ``NemotronLayerNorm1P`` via ``_cast_if_autocast_enabled``) answers for the CPU region that
+stands in for CUDA's here: the no-argument form is redirected to ``torch.is_autocast_enabled("cpu")`` while
+the emulation is active.
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ FP32 = frozenset({
     "mse_loss", "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
     "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d",
-    "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d", "norm", "cross_entropy",
+    "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d", "norm", "cross_entropy", "square",
 })
 #: autocast_mode.h AT_FORALL_FP32_SET_OPT_DTYPE.
 FP32_SET_OPT_DTYPE = frozenset({
@@ -155,15 +164,22 @@ def cuda_autocast(on_weight_cast: Callable[[torch.Tensor], None] | None = None) 
     """
     mode = CudaAutocastMode(on_weight_cast)
     orig_clear = torch.clear_autocast_cache
+    orig_enabled = torch.is_autocast_enabled
 
     def clear_autocast_cache() -> None:
         mode.clear_cache()
         orig_clear()
 
+    def is_autocast_enabled(*args: Any, **kwargs: Any) -> bool:
+        # the no-argument form means CUDA; the CPU region stands in for CUDA's (module docstring)
+        return orig_enabled(*args, **kwargs) if (args or kwargs) else orig_enabled("cpu")
+
     torch.clear_autocast_cache = clear_autocast_cache
+    torch.is_autocast_enabled = is_autocast_enabled
     try:
         with mode:
             yield mode
     finally:
         torch.clear_autocast_cache = orig_clear
+        torch.is_autocast_enabled = orig_enabled
         mode.clear_cache()

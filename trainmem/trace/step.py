@@ -12,6 +12,7 @@ the logits) before ``backward()``, as HF Trainer's ``compute_loss`` does; "scrip
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,7 @@ def _labels(spec: "ModelSpec", ids: torch.Tensor) -> torch.Tensor:
 def _build_model(spec: "ModelSpec", setup: "TrainingSetup") -> nn.Module:
     import transformers
 
-    cfg = dict(spec.hf_config)
+    cfg = copy.deepcopy(spec.hf_config)  # (transformers edits nested dicts, e.g. rope_parameters, in place)
     model_type = cfg.pop("model_type", spec.model_type)
     for k in ("architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype", "auto_map"):
         cfg.pop(k, None)

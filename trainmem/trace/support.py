@@ -67,6 +67,10 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
         raise _no("fsdp2 with amp-fp16 (loss scaling of sharded gradients is not traced yet)")
     if not spec.hf_config:
         raise _no(f"{spec.name}: no Hugging Face config to build the model from")
+    if spec.model_type == "opt" and (spec.hf_config.get("layerdrop") or 0) > 0:
+        # OPTDecoder.forward: ``if torch.rand([]) < self.layerdrop: continue`` is a data-dependent branch
+        raise _no(f"OPT with layerdrop({spec.hf_config['layerdrop']}) > 0 (layers skipped at random: a fake "
+                  "tensor has no value to compare); the estimate counts every layer")
     try:
         import transformers
     except ImportError:
