@@ -81,6 +81,14 @@ __all__ = ["Row", "evaluate", "load_points", "main", "summary", "EXCLUDED", "cal
 #: outside every statistic. (Points that fail to build at all — an architecture without a catalog entry or
 #: the fields to build one, an uneven pipeline split — are excluded with their one-line reason too.)
 EXCLUDED: dict[str, str] = {
+    "nemo2407-h100-fp8-nemotron4-340b-128gpu": "the table gives parallelism only; with NeMo 2's defaults "
+    "(fp32 main grads and Adam states, no recompute) the estimate needs 99.8 GiB per GPU, and NVIDIA's own "
+    "config of this workload (NVIDIA/dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml @ 8f5cbb37: "
+    "distributed_fused_adam dtype bf16, grad_sync_dtype bf16, selective recompute) keeps bf16 optimizer states, "
+    "which the megatron engine does not model (predicted throughput at the table's parallelism: +0.3 %)",
+    "opt175b-a100-992gpu": "tensor-parallel degree, micro-batch and recompute are not published and 147 TFLOP/s is "
+    "an 'up to' peak, not a sustained step; the mapping's guesses (tp 8, no recompute) need 88.7 GiB per GPU, so "
+    "the point can only be matched by choosing the unknowns (predicted at those guesses: +11.3 %)",
     "mbridge2511-h100-bf16-gptoss-120b-64gpu": "Megatron-Core's gpt-oss layer (attention sinks in TE's fused "
     "attention, clamped SwiGLU experts with biases) is not modelled by the megatron engine, which refuses gpt_oss "
     "(the transformers model it is built from has no sdpa, and the Megatron-Core + TE layer terms cover Llama/GPT/"
@@ -92,9 +100,6 @@ EXCLUDED: dict[str, str] = {
     "schedule and micro-batch count not published (Dubey et al. 2024 §3.3.2) — not expressible",
     "llama3-405b-h100-16384gpu-cp16": "Meta's internal stack: uneven PP-16 stages, unpublished schedule, "
     "and its own all-gather context parallelism (Dubey et al. 2024 §3.3.2) — not expressible",
-    "mbridge2511-h100-fp8-llama3-8b-fsdp-8gpu": "Megatron-FSDP (use_megatron_fsdp, the table's FSDP column) is "
-    "no TrainingSetup knob for the megatron engine (zero 0 or 1 only); the 1420e3fa9 preset also recomputes 5 of "
-    "32 layers (recompute_method block), which 'none/selective/full' cannot express",
 }
 
 
@@ -331,7 +336,8 @@ def build_setup(p: dict, spec: ModelSpec, gpu: GPU, flags: list[str], how: list[
     teton = gpu is _GRAND_TETON
     fields = dict(engine=engine, precision=_RECIPE[(engine, p["precision"])], gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep,
                   vpp=p.get("vpp") or 1, micro_batch=mb, grad_accum=ga, seq_len=p["seq_len"], zero=zero,
-                  recompute=_recompute(p, flags), gpu="H100-SXM-80G" if teton else gpu.name,
+                  recompute=_recompute(p, flags), recompute_layers=p.get("recompute_layers"),
+                  gpu="H100-SXM-80G" if teton else gpu.name,
                   gpu_memory=gpu.memory_bytes if teton else None, attn=_attention(p, engine, how))
     if engine == "megatron":
         fields["sp"] = bool(sp) if tp > 1 else None
