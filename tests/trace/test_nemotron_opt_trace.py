@@ -20,6 +20,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tests.memory.tiny_configs import TINY  # noqa: E402
+from tests.trace._specs import assert_matches_trace  # noqa: E402
 from trainmem.errors import UnsupportedError  # noqa: E402
 from trainmem.model.catalog import load_catalog_spec  # noqa: E402
 from trainmem.model.hf import spec_from_hf_config  # noqa: E402
@@ -50,13 +51,7 @@ CASES = [
 
 
 def _check(spec, kw: dict):  # noqa: ANN001, ANN202
-    cmp = compare(spec, make_setup(**kw))
-    assert abs(cmp.peak_error) < TOL, cmp.to_dict()
-    rows = {c: (e, t) for c, e, t, _ in cmp.rows()}
-    for cat in ("parameters", "optimizer_states"):
-        e, t = rows[cat]
-        assert e == pytest.approx(t, rel=0.002, abs=16 * 1024), (cat, e, t)
-    return cmp
+    return assert_matches_trace(spec, make_setup(**kw), TOL)
 
 
 @pytest.mark.parametrize("fam,kw", CASES, ids=[f"{f}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for f, kw in CASES])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from trainmem.errors import ConfigError
 from trainmem.memory.states import account_split, stage_layers, stage_ranges
@@ -155,7 +156,20 @@ def _blocks(spec: ModelSpec, k: Knobs) -> tuple[str, ...]:
     """Block-recompute levels of ``k`` (Megatron without interleaving; its most-loaded stage's layer count)."""
     if k.engine != "megatron" or k.vpp > 1:
         return ()
-    return block_levels(max(len(knob_stage_layers(spec, k, j)) for j in range(k.pp)))
+    return _blocks_of_split(spec.num_layers, k.pp)
+
+
+@lru_cache(maxsize=4096)
+def _blocks_of_split(num_layers: int, pp: int) -> tuple[str, ...]:
+    """:func:`block_levels` of the most-loaded stage of Megatron's split of ``num_layers`` over ``pp`` (vpp 1):
+    the even split's, or the account-for split's where :func:`knob_split` takes that (memoised: it depends on
+    the two counts only, and the space asks it for every configuration)."""
+    from trainmem.export.megatron import megatron_split
+    even = [len(stage_layers(num_layers, pp, j)) for j in range(pp)]
+    if pp == 1 or num_layers % pp == 0 or megatron_split(even) is not None:
+        return block_levels(max(even))
+    split = account_split(num_layers, pp, 1)
+    return block_levels(max(split) if split else max(even))
 
 
 def _offloads(engine: str, zero: int) -> tuple[str, ...]:
