@@ -230,7 +230,7 @@ def tp_comm_overlapped(s: TrainingSetup) -> bool:
     the same collectives with the same GEMMs in tp chunks. Every other TP setup exposes its collectives."""
     if s.tp == 1 or not s.sp:
         return False
-    return s.engine == "megatron" or (s.engine == "fsdp2" and bool(getattr(s, "async_tp", False)))
+    return s.engine == "megatron" or (s.engine == "fsdp2" and s.async_tp)
 
 
 def _tp_seconds(s: TrainingSetup, one: float, ph: Phase) -> tuple[float, float]:

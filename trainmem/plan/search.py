@@ -49,7 +49,6 @@ from trainmem.setup import TrainingSetup, make_setup
 __all__ = ["PlanRequest", "GroupSearch", "plan", "fits_with_margin"]
 
 
-
 #: Setup extras that only Megatron runs: the other engines' configurations are searched without them.
 _MEGATRON_ONLY = ("grad_reduce_16bit", "fp8_params", "megatron_deepspeed")
 

@@ -109,13 +109,19 @@ def knob_split(spec: ModelSpec, k: Knobs) -> tuple[int, ...] | None:
     that does not divide the layers (Megatron-Bridge's Llama-3.1-405B recipe: 126 layers, pp 8, vpp 8), or an
     even split whose middle stages are uneven (what ``--decoder-first/last-pipeline-num-layers`` cannot express,
     trainmem.export.megatron.megatron_split)."""
+    return _megatron_knob_split(spec.num_layers, k.pp, k.vpp) if k.engine == "megatron" else None
+
+
+@lru_cache(maxsize=4096)
+def _megatron_knob_split(num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
+    """:func:`knob_split` of a Megatron configuration, memoised: it depends on the three counts only, and the
+    space asks it for every configuration."""
     from trainmem.export.megatron import megatron_split
-    L = spec.num_layers
-    if k.engine != "megatron" or k.pp == 1 or L % (k.pp * k.vpp) == 0:
+    if pp == 1 or num_layers % (pp * vpp) == 0:
         return None
-    if k.vpp == 1 and megatron_split([len(stage_layers(L, k.pp, j)) for j in range(k.pp)]) is not None:
+    if vpp == 1 and megatron_split([len(stage_layers(num_layers, pp, j)) for j in range(pp)]) is not None:
         return None
-    return account_split(L, k.pp, k.vpp)
+    return account_split(num_layers, pp, vpp)
 
 
 def knob_stage_layers(spec: ModelSpec, k: Knobs, stage: int) -> range:
@@ -152,24 +158,18 @@ def _recomputes(engine: str) -> tuple[str, ...]:
     return ("none", "full") if engine == "deepspeed" else _RECOMPUTE
 
 
-def _blocks(spec: ModelSpec, k: Knobs) -> tuple[str, ...]:
-    """Block-recompute levels of ``k`` (Megatron without interleaving; its most-loaded stage's layer count)."""
-    if k.engine != "megatron" or k.vpp > 1:
+def _blocks(spec: ModelSpec, engine: str, pp: int, vpp: int) -> tuple[str, ...]:
+    """Block-recompute levels of a configuration (Megatron without interleaving; its most-loaded stage's layer
+    count under :func:`knob_split`)."""
+    if engine != "megatron" or vpp > 1:
         return ()
-    return _blocks_of_split(spec.num_layers, k.pp)
+    return _blocks_of_split(spec.num_layers, pp)
 
 
 @lru_cache(maxsize=4096)
 def _blocks_of_split(num_layers: int, pp: int) -> tuple[str, ...]:
-    """:func:`block_levels` of the most-loaded stage of Megatron's split of ``num_layers`` over ``pp`` (vpp 1):
-    the even split's, or the account-for split's where :func:`knob_split` takes that (memoised: it depends on
-    the two counts only, and the space asks it for every configuration)."""
-    from trainmem.export.megatron import megatron_split
-    even = [len(stage_layers(num_layers, pp, j)) for j in range(pp)]
-    if pp == 1 or num_layers % pp == 0 or megatron_split(even) is not None:
-        return block_levels(max(even))
-    split = account_split(num_layers, pp, 1)
-    return block_levels(max(split) if split else max(even))
+    split = _megatron_knob_split(num_layers, pp, 1)
+    return block_levels(max(split) if split else -(-num_layers // pp))
 
 
 def _offloads(engine: str, zero: int) -> tuple[str, ...]:
@@ -260,8 +260,7 @@ def _engine_configurations(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engin
             if engine == "fsdp2" and tp > 1 and dp * cp == 1 and zero == 3 and "zero" not in fixed:
                 continue  # no fully_shard at dp = cp = 1 (torchtitan): zero 2 and 3 are the same run
             for offload in _allowed(fixed, "offload", list(_offloads(engine, zero))):
-                shape = Knobs(engine, dp, tp, pp, vpp, cp, ep, zero, "none", offload, 1, per_rank)
-                recomputes = [*_recomputes(engine), *_blocks(spec, shape)]
+                recomputes = [*_recomputes(engine), *_blocks(spec, engine, pp, vpp)]
                 for recompute in _allowed(fixed, "recompute", recomputes):
                     for mb in _allowed(fixed, "micro_batch", divisors(per_rank)):
                         ga = per_rank // mb
@@ -282,7 +281,7 @@ def savers(k: Knobs, fixed: Mapping[str, object], spec: ModelSpec | None = None)
     block levels too: none → selective → full and none → block-N₁ → … → full."""
     out = []
     rs = _recomputes(k.engine)
-    blocks = _blocks(spec, k) if spec is not None else ()
+    blocks = _blocks(spec, k.engine, k.pp, k.vpp) if spec is not None else ()
     if "recompute" not in fixed and k.recompute in blocks:
         i = blocks.index(k.recompute)
         out.append(with_knobs(k, recompute=blocks[i + 1] if i + 1 < len(blocks) else "full"))
