@@ -1126,10 +1126,8 @@ def recomputed_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> 
             # from ``detach_variable`` of its saved inputs, which share their storage
             # (megatron/core/tensor_parallel/random.py core_v0.19.0 ``CheckpointFunction.backward``)
             return held
-    if mt == "gpt_oss":
-        return held if r == 4 else 0
-    if spec.norm == "rmsnorm" and r == 4 and not setup.is_lora:
-        # Llama/Qwen/Mistral/Phi-3 (``x.to(float32)``) and Gemma (``x.float()``) RMSNorms on an fp32 stream
+    if spec.norm == "rmsnorm" and r == 4 and (mt == "gpt_oss" or not setup.is_lora):
+        # Llama/Qwen/Mistral/Phi-3/gpt_oss (``x.to(float32)``) and Gemma (``x.float()``) RMSNorms on an fp32 stream
         return held
     if mt in ("gpt2", "gpt_neox", "falcon") and not setup.is_lora:
         # pre-LN nn.LayerNorm reads the layer's input as it is (fp32 under autocast: an fp32-list op on the fp32
