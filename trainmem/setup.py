@@ -49,6 +49,7 @@ megatron_deepspeed False           megatron with pp > 1: DeepSpeed's PipelineEng
 offload            none            none | optimizer | optimizer+params
 lora_rank          0               0 = full fine-tuning
 qlora              False           NF4 base weights (needs lora_rank > 0)
+qlora_impl         bnb (qlora)     bnb (bitsandbytes Params4bit: quant state replicated under FSDP) | torchao (NF4Tensor)
 gpu                H100-SXM-80G    a name from the hardware catalog
 gpu_memory         catalog's       bytes of memory of the GPU (overrides the catalog)
 =================  ==============  ==========================================================
@@ -177,6 +178,12 @@ class TrainingSetup(BaseModel):
     lora_rank: int = Field(0, ge=0)
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     qlora: bool = False
+    qlora_impl: Literal["bnb", "torchao"] | None = None
+    """With ``qlora``: whose NF4 weights. ``bnb`` (default; HF/PEFT, TRL, axolotl, LLaMA-Factory, fsdp_qlora):
+    bitsandbytes ``Params4bit`` — under FSDP only the packed 4-bit data is a parameter (``bnb_4bit_quant_storage``),
+    sharded and all-gathered, while the ``quant_state`` (absmax, nested absmax) is plain tensor state that every
+    rank keeps whole; ``torchao`` (torchtune): ``NF4Tensor``, whose ``fsdp_pre_all_gather`` shards and gathers the
+    packed data with its scalers (torchao/dtypes/nf4tensor.py)."""
     gpu: str = "H100-SXM-80G"
     gpu_memory: int | None = Field(None, ge=1)
     notes: tuple[str, ...] = Field((), exclude=True)
@@ -299,6 +306,10 @@ class TrainingSetup(BaseModel):
         if self.optimizer_impl == "fused" and self.optimizer not in FUSED_OPTIMIZERS:
             raise ValueError(f"--optimizer-impl fused: torch.optim has fused kernels for {', '.join(FUSED_OPTIMIZERS)}, "
                              f"not {self.optimizer}")
+        if self.qlora_impl is not None and not self.qlora:
+            raise ValueError(f"--qlora-impl {self.qlora_impl} needs --qlora")
+        if self.qlora and self.qlora_impl is None:
+            object.__setattr__(self, "qlora_impl", "bnb")
         if self.qlora and self.lora_rank == 0:
             raise ValueError("--qlora needs --lora-rank > 0")
         if self.lora_rank and e == "megatron":

@@ -32,6 +32,7 @@ SETUPS = (
     {"lora_rank": 16}, {"lora_rank": 32, "qlora": True, "recompute": "full"},
     {"lora_rank": 8, "lora_targets": "all-linear", "engine": "fsdp2", "gpus": 2},
     {"lora_rank": 8, "engine": "deepspeed", "zero": 3, "gpus": 4, "qlora": True},
+    {"lora_rank": 8, "engine": "fsdp2", "gpus": 4, "qlora": True, "qlora_impl": "torchao", "recompute": "full"},
 )
 
 

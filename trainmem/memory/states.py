@@ -22,7 +22,7 @@ from trainmem.setup import TrainingSetup
 from trainmem.units import round_up_bytes
 
 __all__ = ["RankParams", "rank_params", "layers_alike", "layers_of_stage", "account_split", "param_bytes_per_elem", "optimizer_state_bytes",
-           "optimizer_step_temp_bytes", "qlora_base_bytes", "lora_param_count", "stage_layers", "stage_ranges",
+           "optimizer_step_temp_bytes", "qlora_base_bytes", "nf4_packed_bytes", "nf4_quant_state_bytes", "lora_param_count", "stage_layers", "stage_ranges",
            "adafactor_state_bytes"]
 
 
@@ -141,10 +141,22 @@ def param_bytes_per_elem(setup: TrainingSetup) -> int:
     return 4 if setup.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
 
 
+def nf4_packed_bytes(n_quantized: int) -> int:
+    """The packed NF4 codes: two 4-bit weights per byte (bitsandbytes ``Params4bit`` data, torchao
+    ``NF4Tensor.quantized_data``)."""
+    return n_quantized // 2
+
+
+def nf4_quant_state_bytes(n_quantized: int) -> int:
+    """NF4's double-quantised scales (Dettmers et al. 2023, QLoRA §3; bitsandbytes ``QuantState`` absmax with
+    ``compress_statistics``, torchao ``NF4Tensor.quantized_scalers`` + ``quantization_factor``): an 8-bit
+    absmax per block of 64 weights and an fp32 second-level constant per 256 blocks."""
+    return n_quantized // 64 + 4 * (n_quantized // (64 * 256))
+
+
 def qlora_base_bytes(n_quantized: int) -> int:
-    """NF4 with block size 64 and double quantisation (Dettmers et al. 2023, QLoRA §3):
-    0.5 B per weight + 8-bit absmax per 64 weights + fp32 second-level constant per 256 blocks."""
-    return n_quantized // 2 + n_quantized // 64 + 4 * (n_quantized // (64 * 256))
+    """NF4 with block size 64 and double quantisation: 0.5 B per weight + its scales (≈ 0.516 B per weight)."""
+    return nf4_packed_bytes(n_quantized) + nf4_quant_state_bytes(n_quantized)
 
 
 def optimizer_state_bytes(setup: TrainingSetup, n_trainable: int, state_elem_bytes: int,

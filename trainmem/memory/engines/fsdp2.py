@@ -7,10 +7,17 @@ zero 3 = ``reshard_after_forward=True``, zero 2 = False (units stay gathered fro
 from __future__ import annotations
 
 from trainmem.memory.engines.base import Engine, ModelStates, lora_base
-from trainmem.memory.states import optimizer_state_bytes, optimizer_step_temp_bytes
+from trainmem.setup import TrainingSetup
+from trainmem.memory.states import (
+    nf4_packed_bytes,
+    nf4_quant_state_bytes,
+    optimizer_state_bytes,
+    optimizer_step_temp_bytes,
+    qlora_base_bytes,
+)
 from trainmem.units import round_up_bytes as _r
 
-__all__ = ["FSDP2Engine", "fsdp_shard_elems"]
+__all__ = ["FSDP2Engine", "fsdp_shard_elems", "fsdp_replicated_quant_state_bytes", "fsdp_gathered_nf4_bytes"]
 
 
 def fsdp_shard_elems(n: int, experts: int, n_experts: int, dp: int) -> int:
@@ -24,6 +31,24 @@ def fsdp_shard_elems(n: int, experts: int, n_experts: int, dp: int) -> int:
     return -(-(n - experts) // dp) + -(-n_experts // dp) * (experts // n_experts)
 
 
+def fsdp_replicated_quant_state_bytes(s: TrainingSetup, n_quantized: int) -> int:
+    """QLoRA bytes FSDP leaves whole on every rank: bitsandbytes' ``QuantState`` (absmax, nested absmax) is not
+    a parameter — only the packed data, stored as ``bnb_4bit_quant_storage`` floats, is flattened and sharded
+    (bitsandbytes PR #970 "Selectable Quantization Storage"; FSDP2 replicates non-parameter tensors, bitsandbytes
+    issue #1945) — while torchao's ``NF4Tensor`` shards its scalers with its data (``fsdp_pre_all_gather``
+    returns quantized_scalers, quantization_factor and quantized_data; torchao/dtypes/nf4tensor.py)."""
+    return nf4_quant_state_bytes(n_quantized) if s.qlora and s.qlora_impl == "bnb" else 0
+
+
+def fsdp_gathered_nf4_bytes(s: TrainingSetup, n_quantized: int) -> int:
+    """What FSDP all-gathers for ``n_quantized`` NF4 weights: the packed 4-bit data (bitsandbytes: its scales are
+    already on every rank), with the double-quantised scales for torchao — ≈ 0.5–0.52 B per weight, not the
+    2 B of a 16-bit gather."""
+    if s.qlora_impl == "torchao":
+        return qlora_base_bytes(n_quantized)
+    return nf4_packed_bytes(n_quantized)
+
+
 class FSDP2Engine(Engine):
     amp_weight_copies = False  # MixedPrecisionPolicy(param_dtype=bf16) gathers 16-bit weights directly
 
@@ -33,7 +58,11 @@ class FSDP2Engine(Engine):
         T, dp = rp.trainable, s.fsdp_shard_degree
         experts = 0 if s.is_lora else spec.params.expert_total // s.ep // s.tp
         T_local = fsdp_shard_elems(T, experts, spec.num_experts // s.ep, dp)
-        shard_param = base // dp + T_local * train_elem
+        replicated = fsdp_replicated_quant_state_bytes(s, rp.frozen_quantized)
+        shard_param = (base - replicated) // dp + replicated + T_local * train_elem
+        if replicated:
+            notes.append("QLoRA (bitsandbytes) under FSDP: only the packed 4-bit data is a parameter (sharded, "
+                         "all-gathered); each rank keeps the whole quant state (absmax)")
         states = optimizer_state_bytes(s, T_local, train_elem, spec)
         st = ModelStates(unsharded_elem=4 if s.precision == "fp32" else 2, grad_elem=train_elem)
         if s.offload == "optimizer+params":
@@ -48,11 +77,15 @@ class FSDP2Engine(Engine):
     def _local(self, n: int, experts: int) -> int:
         return fsdp_shard_elems(n, experts, self.spec.num_experts // self.s.ep, self.s.fsdp_shard_degree)
 
-    def _ag_bytes(self, n: int, experts: int) -> int:
-        """The all-gather output: every rank's padded shard (dp × local), in param_dtype."""
-        return self.st.unsharded_elem * self.s.fsdp_shard_degree * self._local(n, experts)
+    def _ag_bytes(self, n: int, experts: int, quantized: int = 0) -> int:
+        """The all-gather output: every rank's padded shard (dp × local), in param_dtype; a QLoRA unit's
+        ``quantized`` NF4 weights are gathered packed (:func:`fsdp_gathered_nf4_bytes`), the rest 16-bit."""
+        dp = self.s.fsdp_shard_degree
+        if quantized:
+            return dp * -(-(fsdp_gathered_nf4_bytes(self.s, quantized) + 2 * (n - quantized)) // dp)
+        return self.st.unsharded_elem * dp * self._local(n, experts)
 
-    def gather(self, key: str, n: int, experts: int = 0) -> None:
+    def gather(self, key: str, n: int, experts: int = 0, quantized: int = 0) -> None:
         """Unshard a unit (_fsdp_param_group.py): unshard() first frees the previous all-gather's output
         (kept as ``all_gather_state`` for stream order), all-gathers into a new flat output, and
         wait_for_unshard() copies it out into the unsharded parameters; that output then stays alive
@@ -63,19 +96,19 @@ class FSDP2Engine(Engine):
         pending = "ag_pending:" + key
         if not tl.has(pending):
             tl.free("ag_state")
-            tl.alloc(pending, "communication_buffers", self._ag_bytes(n, experts))
+            tl.alloc(pending, "communication_buffers", self._ag_bytes(n, experts, quantized))
         # (the unsharded parameters are views of the padded per-parameter all-gather outputs)
-        tl.alloc(key, "parameters", self._ag_bytes(n, experts))
+        tl.alloc(key, "parameters", self._ag_bytes(n, experts, quantized))
         tl.free("ag_state")
         tl.rename(pending, "ag_state")
 
-    def prefetch(self, key: str, n: int, experts: int = 0) -> None:
+    def prefetch(self, key: str, n: int, experts: int = 0, quantized: int = 0) -> None:
         """Backward prefetch: all-gather the next unit now, copy it out at its pre-backward."""
         tl = self.tl
         if tl.has(key) or tl.has("ag_pending:" + key):
             return
         tl.free("ag_state")
-        tl.alloc("ag_pending:" + key, "communication_buffers", self._ag_bytes(n, experts))
+        tl.alloc("ag_pending:" + key, "communication_buffers", self._ag_bytes(n, experts, quantized))
 
     def reduce(self, keys: list[str], n: int, experts: int = 0) -> None:
         """post_backward: free the previous reduce-scatter input (``reduce_scatter_state``), copy the
@@ -91,16 +124,24 @@ class FSDP2Engine(Engine):
         for k in keys:
             tl.free(k + ":unsharded")
         shard = keys[0] + ":sharded"
-        if not tl.has(shard):
+        if self.s.offload == "optimizer+params":
+            # CPUOffloadPolicy: foreach_reduce copies each new sharded gradient (a view of the reduce-scatter
+            # output, reduce_dtype) to the pinned host gradient (``new_sharded_grad.to("cpu")``) and keeps no
+            # GPU reference: the output is freed when foreach_reduce returns, and accumulation (grad_accum > 1)
+            # adds on the CPU (_fsdp_collectives.py foreach_reduce, torch 2.13)
+            tl.spike(shard + ":rs_out", "communication_buffers", rs_elem * local)
+        elif not tl.has(shard):
             tl.alloc(shard, "gradients", self.st.grad_elem * local)
         else:
             tl.spike(shard + ":new", "temporaries", self.st.grad_elem * local)
         tl.rename("rs_in", "rs_state")
 
     # -- hooks -------------------------------------------------------------------------------------
-    def _unit(self, j: int) -> tuple[str, int, int]:
+    def _unit(self, j: int) -> tuple[str, int, int, int]:
+        """(key, parameters, routed-expert parameters, NF4-quantised weights) of layer j's unit."""
         p = self.plan
-        return f"unit{p.layer_ids[j]}", p.layer_params[j], p.layer_experts[j]
+        quantized = self.rp.layer_matmul[j] if self.s.qlora else 0
+        return f"unit{p.layer_ids[j]}", p.layer_params[j], p.layer_experts[j], quantized
 
     def forward_start(self, mb: int) -> None:
         if not self.tl.has("root"):
@@ -116,8 +157,8 @@ class FSDP2Engine(Engine):
     def bulk_forward_start(self, js: list[int]) -> None:
         j0, n = js[0], len(js)
         if self.s.zero == 2 and not self.tl.has(f"unitbulk{j0}"):
-            _, params, experts = self._unit(j0)
-            self.tl.alloc(f"unitbulk{j0}", "parameters", _r(self._ag_bytes(params, experts)) * n)
+            _, params, experts, quantized = self._unit(j0)
+            self.tl.alloc(f"unitbulk{j0}", "parameters", _r(self._ag_bytes(params, experts, quantized)) * n)
 
     def backward_start(self, mb: int) -> None:
         self.tl.free("ag_state")  # the root pre-backward waits for and drops the last all-gather output
@@ -156,6 +197,8 @@ class FSDP2Engine(Engine):
 
     def bulk_grads(self, j0: int, n: int) -> None:
         key = f"gbulk{j0}:sharded"
+        if self.s.offload == "optimizer+params":
+            return  # the sharded gradients live on the host (see :meth:`reduce`)
         if not self.tl.has(key):
             local = self._local(self.plan.layer_train[j0], self.plan.layer_experts[j0])
             self.tl.alloc(key, "gradients", _r(self.st.grad_elem * local) * n)
