@@ -8,7 +8,8 @@ field              default         meaning
 engine             torch           plain PyTorch/transformers loop (DDP when dp > 1)
 precision          amp-bf16        (torch/fsdp2); mixed-bf16 for deepspeed/megatron; fp8 (megatron:
                                    Transformer Engine, fsdp2: torchao float8) = the bf16 recipe + fp8 matmuls
-optimizer          adamw           torch.optim.AdamW, foreach, weight decay 0.01
+optimizer          adamw           torch.optim.AdamW, foreach, weight decay 0.01; paged-adamw / paged-adamw-8bit:
+                                   bitsandbytes PagedAdamW(8bit), states in CUDA managed memory (torch engine)
 optimizer_impl     foreach         foreach (torch.optim's CUDA default) | fused (HF Trainer's adamw_torch_fused
                                    with torch >= 2.8, torchtitan's default): torch/fsdp2 adam(w)/sgd only
 seq_len            2048            tokens per sequence
@@ -67,11 +68,15 @@ if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
 
 __all__ = ["TrainingSetup", "make_setup", "validate_for_model", "Engine", "Precision", "Optimizer",
-           "OptimizerImpl", "Recompute", "Attn", "Offload", "Loop", "Loss", "RECIPES", "FP8_BASE", "DEFAULT_LORA_TARGETS"]
+           "OptimizerImpl", "PAGED_OPTIMIZERS", "Recompute", "Attn", "Offload", "Loop", "Loss", "RECIPES", "FP8_BASE", "DEFAULT_LORA_TARGETS"]
 
 Engine = Literal["torch", "fsdp2", "deepspeed", "megatron"]
 Precision = Literal["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "fp8"]
-Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adamw-8bit", "adafactor", "lion"]
+Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adamw-8bit", "adafactor", "lion", "paged-adamw",
+                    "paged-adamw-8bit"]
+#: bitsandbytes' paged optimizers (``PagedAdamW``, ``PagedAdamW8bit``; HF ``optim="paged_adamw_32bit"`` /
+#: ``"paged_adamw_8bit"``): their large state buffers live in CUDA managed memory, outside torch's allocator.
+PAGED_OPTIMIZERS = ("paged-adamw", "paged-adamw-8bit")
 OptimizerImpl = Literal["foreach", "fused"]
 #: torch.optim optimizers with a fused kernel (torch/optim/adamw.py, adam.py, sgd.py ``_fused_*``).
 FUSED_OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum")
@@ -281,8 +286,8 @@ class TrainingSetup(BaseModel):
                 raise ValueError("fsdp2's CPUOffloadPolicy offloads parameters, gradients and optimizer together; use --offload optimizer+params")
             if e == "megatron" and (self.offload != "optimizer" or self.zero != 1):
                 raise ValueError("megatron offloads the optimizer only (--optimizer-cpu-offload), with the distributed optimizer (--zero 1)")
-            if self.optimizer == "adamw-8bit":
-                raise ValueError("adamw-8bit (bitsandbytes) cannot be offloaded")
+            if self.optimizer in ("adamw-8bit", *PAGED_OPTIMIZERS):
+                raise ValueError(f"{self.optimizer} (bitsandbytes) cannot be offloaded")
         if self.grad_reduce_16bit and (e != "megatron" or p == "fp32"):
             raise ValueError("--grad-reduce-16bit is a megatron option for 16-bit and fp8 recipes "
                              "(Megatron-Core grad_reduce_in_fp32=False)")
@@ -306,6 +311,9 @@ class TrainingSetup(BaseModel):
         if self.optimizer_impl == "fused" and self.optimizer not in FUSED_OPTIMIZERS:
             raise ValueError(f"--optimizer-impl fused: torch.optim has fused kernels for {', '.join(FUSED_OPTIMIZERS)}, "
                              f"not {self.optimizer}")
+        if self.optimizer in PAGED_OPTIMIZERS and e != "torch":
+            raise ValueError(f"--optimizer {self.optimizer}: bitsandbytes' paged optimizers are modelled for --engine "
+                             f"torch (single GPU or DDP), not {e}")
         if self.qlora_impl is not None and not self.qlora:
             raise ValueError(f"--qlora-impl {self.qlora_impl} needs --qlora")
         if self.qlora and self.qlora_impl is None:

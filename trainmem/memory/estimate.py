@@ -62,6 +62,9 @@ class MemoryEstimate:
     """Per timeline point: allocated bytes per category (they sum to the point's allocated bytes)."""
     timeline_phase_max: list[int] = field(default_factory=list)
     """Per timeline point: the largest allocated total inside its phase (transients included)."""
+    paged_optimizer_bytes: int = 0
+    """Optimizer state in CUDA managed memory (bitsandbytes paged optimizers): outside the allocator's figures;
+    counted in ``device_total_bytes`` as far as the GPU has room, never against ``fits``."""
 
     def to_dict(self) -> dict:
         return {
@@ -84,6 +87,7 @@ class MemoryEstimate:
             "pipeline_stage": self.stage,
             "activation_bytes_per_layer": self.activation_bytes_per_layer,
             "cuda_only_bytes": self.cuda_only_bytes,
+            "paged_optimizer_bytes": self.paged_optimizer_bytes,
             "assumptions": list(self.assumptions),
             "setup": dict(self.setup),
         }
@@ -148,6 +152,10 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
     peak = tl.peak + cuda_only
     reserved = reserved_bytes(peak, tl.current + cuda_only, cuda_only)
     total = device_total_bytes(reserved, setup)
+    fits = total <= gpu.memory_bytes
+    headroom = gpu.memory_bytes - total
+    # paged optimizer state: resident while the GPU has room (nvidia-smi counts it), else paged out
+    total += min(st.paged, max(0, gpu.memory_bytes - total))
     static = tl.current + cuda_only
     notes.extend(_base_assumptions(spec, setup))
     if setup.pp > 1:
@@ -157,7 +165,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
         device_total_bytes=total, gpu_memory_bytes=gpu.memory_bytes, static_bytes=static,
         breakdown_at_peak_bytes={c: breakdown.get(c, 0) for c in CATEGORIES},
         category_peak_bytes=dict(tl.category_peak), peak_phase=tl.peak_phase,
-        host_memory_bytes=st.host, fits=total <= gpu.memory_bytes, headroom_bytes=gpu.memory_bytes - total,
+        host_memory_bytes=st.host, fits=fits, headroom_bytes=headroom, paged_optimizer_bytes=st.paged,
         timeline=list(tl.points), timeline_categories=list(tl.point_categories),
         timeline_phase_max=list(tl.phase_max), n_params=spec.n_params,
         n_trainable_params=_n_trainable(spec, setup), stage=stg, activation_bytes_per_layer=act,

@@ -22,7 +22,7 @@ from trainmem.setup import TrainingSetup
 from trainmem.units import round_up_bytes
 
 __all__ = ["RankParams", "rank_params", "layers_alike", "layers_of_stage", "account_split", "param_bytes_per_elem", "optimizer_state_bytes",
-           "optimizer_step_temp_bytes", "qlora_base_bytes", "nf4_packed_bytes", "nf4_quant_state_bytes", "lora_param_count", "stage_layers", "stage_ranges",
+           "optimizer_step_temp_bytes", "paged_optimizer_state_bytes", "PAGED_MIN_NUMEL", "qlora_base_bytes", "nf4_packed_bytes", "nf4_quant_state_bytes", "lora_param_count", "stage_layers", "stage_ranges",
            "adafactor_state_bytes"]
 
 
@@ -168,19 +168,54 @@ def optimizer_state_bytes(setup: TrainingSetup, n_trainable: int, state_elem_byt
     second moment for vectors (≈ (rows + cols)·4 B per matrix)."""
     o = setup.optimizer
     step_bytes = 0
-    if o in ("adamw", "adam"):
+    if o in ("adamw", "adam", "paged-adamw"):
         return 2 * state_elem_bytes * n_trainable + step_bytes
     if o in ("sgd-momentum", "lion"):
         return state_elem_bytes * n_trainable
     if o == "sgd":
         return 0
-    if o == "adamw-8bit":
+    if o in ("adamw-8bit", "paged-adamw-8bit"):
         return 2 * n_trainable + 2 * 4 * (n_trainable // 2048)
     if o == "adafactor":
         if spec is None:
             return 0
         return adafactor_state_bytes(spec, state_elem_bytes)
     raise AssertionError(o)
+
+
+#: bitsandbytes ``Optimizer8bit.get_state_buffer``: a paged optimizer puts a state buffer in managed memory
+#: only for a parameter of at least 1e5 elements ("> 1 MB"); smaller ones get ``torch.zeros_like``.
+PAGED_MIN_NUMEL = 100_000
+
+
+def paged_optimizer_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes of optimizer state a bitsandbytes paged optimizer keeps in CUDA managed memory
+    (``F.get_paged`` → ``cget_managed_ptr``, cudaMallocManaged: outside torch's caching allocator, so not in
+    ``max_memory_allocated``/``reserved``; nvidia-smi shows it while resident, and the driver pages it out to
+    host RAM under memory pressure instead of failing). Per parameter tensor of ≥ ``PAGED_MIN_NUMEL`` elements
+    (bitsandbytes/optim/optimizer.py ``get_state_buffer``, main @ 06029dd): ``state1`` and ``state2`` — fp32
+    for ``paged-adamw`` (8 B per element), uint8 for ``paged-adamw-8bit`` (2 B; its blockwise absmax stays
+    in torch memory). Tensors: every adapted linear's ``lora_A`` (r × in) and ``lora_B`` (out × r) under LoRA;
+    else the embeddings, the LM head and every linear weight of the layers (stacked routed experts whole);
+    norms, biases and routers stay below the threshold on real models and are left in torch memory."""
+    from trainmem.model.lora_targets import layer_linears, targeted_layer_linears, targeted_model_linears
+
+    if setup.optimizer not in ("paged-adamw", "paged-adamw-8bit"):
+        return 0
+    per_elem = 8 if setup.optimizer == "paged-adamw" else 2
+    big = lambda n: n if n >= PAGED_MIN_NUMEL else 0  # noqa: E731
+    r = setup.lora_rank
+    n = 0
+    if setup.is_lora:
+        for idx in range(spec.num_layers):
+            n += sum(big(r * lin.fin) + big(lin.fout * r) for lin in targeted_layer_linears(spec, setup.lora_targets, idx))
+        n += sum(big(r * lin.fin) + big(lin.fout * r) for lin in targeted_model_linears(spec, setup.lora_targets))
+        return per_elem * n
+    pc = spec.params
+    for idx, lp in enumerate(pc.layers):
+        n += sum(big(lin.fin * lin.fout) for lin in layer_linears(spec, idx)) + big(lp.experts)
+    n += big(pc.embedding) + big(pc.position_embedding) + big(pc.lm_head)
+    return per_elem * n
 
 
 def adafactor_state_bytes(spec: ModelSpec, elem_bytes: int) -> int:

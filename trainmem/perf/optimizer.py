@@ -25,7 +25,9 @@ _PASSES_FOREACH = {"adamw": 20, "adam": 18, "sgd": 3, "sgd-momentum": 6, "lion":
 
 def gpu_optimizer_bytes_per_param(engine: str, optimizer: str, state_bytes: int, zero: int) -> float:
     """HBM bytes one owned parameter costs in one optimizer step (module docstring)."""
-    if optimizer == "adamw-8bit":  # bitsandbytes 8-bit Adam: p, g (state dtype) and two 1-byte states
+    if optimizer == "paged-adamw":  # bitsandbytes 32-bit Adam kernel, one pass: p, g, m, v read; p, m, v written
+        return 7 * state_bytes
+    if optimizer in ("adamw-8bit", "paged-adamw-8bit"):  # bitsandbytes 8-bit Adam: p, g (state dtype) and two 1-byte states
         return 3 * state_bytes + 4 + 3 * state_bytes
     if engine in ("megatron", "deepspeed") and optimizer in ("adamw", "adam"):
         extra = 6 if (engine == "deepspeed" and zero in (1, 2)) else 0

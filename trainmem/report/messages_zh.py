@@ -261,7 +261,9 @@ EXACT: dict[str, str] = {
         "fsdp2 的 CPUOffloadPolicy 会把参数、梯度和优化器状态一起卸载；请用 --offload optimizer+params",
     "megatron offloads the optimizer only (--optimizer-cpu-offload), with the distributed optimizer (--zero 1)":
         "megatron 只能卸载优化器（--optimizer-cpu-offload），并且要开分布式优化器（--zero 1）",
-    "adamw-8bit (bitsandbytes) cannot be offloaded": "adamw-8bit（bitsandbytes）不能卸载",
+    "QLoRA (bitsandbytes) under FSDP: only the packed 4-bit data is a parameter (sharded, all-gathered); each rank "
+    "keeps the whole quant state (absmax)":
+        "FSDP 下的 QLoRA（bitsandbytes）：只有打包的 4 位数据是参数（切分、all-gather）；每个 rank 都保留完整的量化状态（absmax）",
     "--loop script: Megatron's schedule returns the loss, never the logits; use --loop trainer":
         "--loop script：Megatron 的调度只返回 loss，从不返回 logits；请用 --loop trainer",
     "--qlora needs --lora-rank > 0": "--qlora 需要 --lora-rank > 0",
@@ -446,6 +448,16 @@ PATTERNS: list[tuple[str, str]] = [
     ("gpus({g:d}) is not divisible by tp({tp:d}) * pp({pp:d}) * cp({cp:d}) = {d:d}",
      "gpus({g}) 不能被 tp({tp}) * pp({pp}) * cp({cp}) = {d} 整除"),
     ("{p:w} is not a recipe of the {e:w} engine; use {hint}", "{p} 不是 {e} 引擎的精度配方；请用 {hint!t}"),
+    ("{o:w} (bitsandbytes) cannot be offloaded", "{o}（bitsandbytes）不能卸载"),
+    ("--optimizer {o:w}: bitsandbytes' paged optimizers are modelled for --engine torch (single GPU or DDP), not {e:w}",
+     "--optimizer {o}：bitsandbytes 的分页优化器只对 --engine torch（单卡或 DDP）建模，不支持 {e}"),
+    ("--qlora-impl {i:w} needs --qlora", "--qlora-impl {i} 需要 --qlora"),
+    ("{o:w} (bitsandbytes): the state buffers of parameters of >= 1e5 elements ({g:d} GiB) are CUDA managed memory "
+     "(cudaMallocManaged), outside torch's allocator: not in max_memory_allocated/reserved; nvidia-smi shows them "
+     "while resident; paged out to host RAM when the GPU is full, so they never cause an OOM",
+     "{o}（bitsandbytes）：元素数 >= 1e5 的参数，其优化器状态缓冲区（{g} GiB）位于 CUDA 统一内存（cudaMallocManaged），"
+     "不经过 torch 的分配器：不计入 max_memory_allocated/reserved；驻留在 GPU 时 nvidia-smi 能看到；GPU 满时被换出到主机内存，"
+     "因此不会导致 OOM"),
     ("dp({dp:d}) * tp({tp:d}) * pp({pp:d}) * cp({cp:d}) != gpus({g:d})", "dp({dp}) * tp({tp}) * pp({pp}) * cp({cp}) != gpus({g})，并行度之积必须等于卡数"),
     ("zero({z:d}) is not available on the {e:w} engine; choose one of {c}", "{e} 引擎不支持 zero({z})；可选 {c}"),
     ("vpp({v:d}) needs pp > 1", "vpp({v}) 需要 pp > 1"),

@@ -29,6 +29,7 @@ class ModelStates:
     step_grad_fp32: int = 0     # fp32 gradient copy built at step() (DeepSpeed/FP16_Optimizer)
     step_temp: int = 0
     unsharded_elem: int = 0     # fsdp2/zero-3: bytes of a gathered parameter element
+    paged: int = 0              # optimizer state in CUDA managed memory (bitsandbytes paged optimizers)
 
 
 def lora_base(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str]) -> tuple[int, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from trainmem.memory.activations import is_amp
 from trainmem.memory.engines.base import Engine, ModelStates, lora_base
-from trainmem.memory.states import optimizer_state_bytes, optimizer_step_temp_bytes
+from trainmem.memory.states import optimizer_state_bytes, optimizer_step_temp_bytes, paged_optimizer_state_bytes
 
 __all__ = ["TorchEngine"]
 
@@ -25,6 +25,13 @@ class TorchEngine(Engine):
         st = ModelStates(params=base + T * train_elem, grad_elem=train_elem,
                          states=optimizer_state_bytes(s, T, train_elem, self.spec),
                          step_temp=optimizer_step_temp_bytes(s, T, train_elem, train_elem))
+        st.paged = paged_optimizer_state_bytes(self.spec, s)
+        if st.paged:
+            st.states -= st.paged
+            notes.append(f"{s.optimizer} (bitsandbytes): the state buffers of parameters of >= 1e5 elements "
+                         f"({st.paged / 2**30:.2f} GiB) are CUDA managed memory (cudaMallocManaged), outside torch's "
+                         "allocator: not in max_memory_allocated/reserved; nvidia-smi shows them while resident; "
+                         "paged out to host RAM when the GPU is full, so they never cause an OOM")
         if s.dp > 1:
             # DDP Reducer allocates one flat bucket tensor per bucket (gradient_as_bucket_view=False):
             # together a second copy of every trainable gradient (torch/csrc/distributed/c10d/reducer.cpp).
