@@ -22,6 +22,10 @@ classification head, …) or a setup field the installed ``TrainingSetup`` does 
 as ``needs <field>``) are printed but left out of the median. A measured range counts as 0 % error
 when the estimate falls inside it, else the error is taken against the nearer bound.
 
+The data file's ``splits`` assigns every source repository to ``dev`` (modelling may look at it) or ``held_out``
+(frozen before anything was modelled from it); the summary is printed for each split and for all points, and
+every expressible point under-predicted by more than 10 % is listed with its diagnosis.
+
 Run:  python benchmarks/published.py               # the table and the summary
       python benchmarks/published.py --markdown    # also writes docs/published.md and its section of docs/accuracy.md
       python benchmarks/published.py --only torchtitan   # points whose id contains a string
@@ -51,8 +55,12 @@ ESTIMATE_FIELD = {"allocated": "peak_allocated_bytes", "reserved": "peak_reserve
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 #: Points over this |relative error| get a paragraph in docs/published.md.
 EXPLAIN_ABOVE = 0.15
+#: Expressible points below the measurement by more than this are listed per split (an under-prediction costs an OOM).
+UNDER_BELOW = -0.10
+SPLITS = ("dev", "held_out")
 
-__all__ = ["load_points", "measured_bytes", "relative_error", "median", "split_fields", "evaluate", "Row", "main"]
+__all__ = ["load_points", "load_splits", "split_of", "measured_bytes", "relative_error", "median", "split_fields", "evaluate",
+           "Row", "main"]
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -60,6 +68,21 @@ def load_points(path: Path = DATA) -> list[dict]:
     """The list of points of the data file."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)["points"]
+
+
+def load_splits(path: Path = DATA) -> dict[str, list[str]]:
+    """The data file's ``splits``: split name -> source repositories (``source.repo``); empty when the file has none."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("splits", {})
+
+
+def split_of(point: dict, splits: dict[str, list[str]]) -> str:
+    """The split whose sources hold the point's ``source.repo``; ``unassigned`` when none does."""
+    repo = point.get("source", {}).get("repo")
+    for name, repos in splits.items():
+        if repo in repos:
+            return name
+    return "unassigned"
 
 
 def measured_bytes(measured: dict) -> tuple[int, int]:
@@ -176,7 +199,8 @@ def evaluate(point: dict, known: set[str] | None = None) -> Row:
         spec, setup = build(model_ref(point["model"]), **kept)
         est = estimate(spec, setup)
     except TrainmemError as err:
-        row.failure = f"{type(err).__name__}: {err}"
+        if not any(n.startswith("model not in catalog") for n in row.needs):  # declared: not a failure
+            row.failure = f"{type(err).__name__}: {err}"
         return row
     row.estimate = getattr(est, ESTIMATE_FIELD[point["metric"]])
     row.error = relative_error(row.estimate, low, high)
@@ -197,7 +221,24 @@ def stats(rows: list[Row]) -> dict:
             "failed": sum(r.failure is not None for r in rows),
             "median_abs_error": median([abs(e) for e in errs]), "median_error": median(errs),
             "max_abs_error": max((abs(e) for e in errs), default=float("nan")),
-            "within_15pct": sum(abs(e) <= EXPLAIN_ABOVE for e in errs)}
+            "within_15pct": sum(abs(e) <= EXPLAIN_ABOVE for e in errs),
+            "under_10pct": [r for r in expr if r.error < UNDER_BELOW]}
+
+
+def split_rows(rows: list[Row], splits: dict[str, list[str]]) -> dict[str, list[Row]]:
+    """Rows by split (``dev``, ``held_out``, then any ``unassigned``), in table order."""
+    out: dict[str, list[Row]] = {name: [] for name in SPLITS}
+    for r in rows:
+        out.setdefault(split_of(r.point, splits), []).append(r)
+    return out
+
+
+def _pct(x: float) -> str:
+    return "—" if x != x else f"{x * 100:.1f} %"
+
+
+def _spct(x: float) -> str:
+    return "—" if x != x else f"{x * 100:+.1f} %"
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -209,7 +250,7 @@ def _err(e: float | None) -> str:
     return "—" if e is None else f"{e * 100:+.1f} %"
 
 
-def print_table(rows: list[Row], out=sys.stdout) -> None:
+def print_table(rows: list[Row], out=sys.stdout, splits: dict[str, list[str]] | None = None) -> None:
     w = max(len(r.id) for r in rows)
     print(f"{'id':<{w}}  {'model':<15} {'metric':<11} {'measured':>13} {'GiB':>7} {'estimate':>8} {'error':>9}  setup / needs", file=out)
     for r in rows:
@@ -227,6 +268,16 @@ def print_table(rows: list[Row], out=sys.stdout) -> None:
           f" ({s['failed']} failed to build)", file=out)
     print(f"expressible points: median |error| {s['median_abs_error'] * 100:.1f} %, median error {s['median_error'] * 100:+.1f} %, "
           f"max |error| {s['max_abs_error'] * 100:.1f} %, {s['within_15pct']} of {s['expressible']} within ±15 %", file=out)
+    if splits:
+        for name, part in split_rows(rows, splits).items():
+            if not part:
+                continue
+            t = stats(part)
+            print(f"\n{name}: {t['points']} points, {t['expressible']} expressible: median |error| {_pct(t['median_abs_error'])}, "
+                  f"signed median {_spct(t['median_error'])}, max |error| {_pct(t['max_abs_error'])}; "
+                  f"{len(t['under_10pct'])} under-predicted by more than 10 %", file=out)
+            for r in sorted(t["under_10pct"], key=lambda r: r.error):
+                print(f"  {r.id:<44} {_err(r.error):>9}", file=out)
 
 
 def _link(src: dict) -> str:
@@ -240,7 +291,35 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(rows: list[Row]) -> str:
+def split_section(rows: list[Row], splits: dict[str, list[str]]) -> list[str]:
+    """Markdown lines: the dev / held-out summary and every expressible point under-predicted by more than 10 %."""
+    if not splits:
+        return []
+    lines = ["| split | sources | points | expressible | median \\|error\\| | signed median | max \\|error\\| | under −10 % |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    parts = split_rows(rows, splits)
+    for name, part in parts.items():
+        if not part:
+            continue
+        t = stats(part)
+        srcs = ", ".join(splits.get(name, [])) or "—"
+        lines.append(f"| {name} | {srcs} | {t['points']} | {t['expressible']} | {_pct(t['median_abs_error'])} | "
+                     f"{_spct(t['median_error'])} | {_pct(t['max_abs_error'])} | {len(t['under_10pct'])} |")
+    lines += ["", "Expressible points under-predicted by more than 10 % (an under-prediction is the error that costs an OOM):", ""]
+    any_under = False
+    for name, part in parts.items():
+        for r in sorted(stats(part)["under_10pct"], key=lambda r: r.error):
+            any_under = True
+            cause = r.point.get("diagnosis") or "No diagnosis recorded yet."
+            lines.append(f"- **{r.id}** ({name}): {_err(r.error)}. {_md_cell(cause)}")
+    if not any_under:
+        lines.append("- none")
+    return ["## Dev and held-out", "",
+            "The data file's `splits` assigns each source repository, whole, to `dev` or `held_out`; the held-out sources were",
+            "frozen before any of their points was estimated (see `_about` in the data file for the rule and date).", ""] + lines + [""]
+
+
+def markdown(rows: list[Row], splits: dict[str, list[str]] | None = None) -> str:
     s = stats(rows)
     lines = [
         "# trainmem against published measurements",
@@ -257,6 +336,8 @@ def markdown(rows: list[Row]) -> str:
         f"**{s['median_abs_error'] * 100:.1f} %** (signed median {s['median_error'] * 100:+.1f} %), max |error| "
         f"**{s['max_abs_error'] * 100:.1f} %**, {s['within_15pct']} of {s['expressible']} within ±15 %.",
         "",
+        *split_section(rows, splits or {}),
+        *(["## All points", ""] if splits else []),
         "| id | model | setup | metric | measured | estimate (GiB) | error | needs | source |",
         "|---|---|---|---|---|---:|---:|---|---|",
     ]
@@ -296,19 +377,19 @@ ACCURACY_DOC = ROOT / "docs" / "accuracy.md"
 SECTION_START, SECTION_END = "<!-- published:start -->", "<!-- published:end -->"
 
 
-def accuracy_section(rows: list[Row]) -> str:
+def accuracy_section(rows: list[Row], splits: dict[str, list[str]] | None = None) -> str:
     """The published-measurements table as a section of docs/accuracy.md (between markers, so that
     ``benchmarks/accuracy.py`` and ``--markdown`` can each rewrite it)."""
-    body = markdown(rows).split("\n## Points over 15 % error", 1)[0].splitlines()
+    body = markdown(rows, splits).split("\n## Points over 15 % error", 1)[0].splitlines()
     body = [ln for ln in body if not ln.startswith("# trainmem against")]
     return "\n".join([SECTION_START, "## Published GPU measurements", *body,
                       "", "Per-point diagnoses of every point over 15 % and the quotes: [published.md](published.md).",
                       SECTION_END])
 
 
-def update_accuracy_doc(rows: list[Row], path: Path = ACCURACY_DOC) -> None:
+def update_accuracy_doc(rows: list[Row], path: Path = ACCURACY_DOC, splits: dict[str, list[str]] | None = None) -> None:
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    section = accuracy_section(rows)
+    section = accuracy_section(rows, splits)
     if SECTION_START in text and SECTION_END in text:
         head, rest = text.split(SECTION_START, 1)
         text = head + section + rest.split(SECTION_END, 1)[1]
@@ -324,13 +405,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=DATA)
     args = ap.parse_args(argv)
     points = load_points(args.data)
+    splits = load_splits(args.data)
     if args.only:
         points = [p for p in points if args.only in p["id"]]
     rows = evaluate_all(points)
-    print_table(rows)
+    print_table(rows, splits=splits)
     if args.markdown:
-        DOC.write_text(markdown(rows), encoding="utf-8")
-        update_accuracy_doc(rows)
+        DOC.write_text(markdown(rows, splits), encoding="utf-8")
+        update_accuracy_doc(rows, splits=splits)
         print(f"wrote {DOC.relative_to(ROOT)} and its section of {ACCURACY_DOC.relative_to(ROOT)}")
     return 0
 
