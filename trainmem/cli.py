@@ -56,25 +56,19 @@ def estimate(
     check_lang(lang)
     spec, ts = build(model, **opt.setup_fields(setup))
     if max_micro_batch:
-        from trainmem.memory.search import MICRO_BATCH_CAP, max_micro_batch as search
+        from trainmem.memory.search import max_micro_batch as search
         best, est = search(spec, ts)
-        if as_json:  # capped: the search stopped at its cap, larger micro-batches may fit too
-            print(json.dumps({"max_micro_batch": best, "gpu": ts.gpu, "capped": best >= MICRO_BATCH_CAP,
-                              "cap": MICRO_BATCH_CAP, "estimate": est.to_dict() if est else None}))
+        if as_json:
+            from trainmem.python_api import max_micro_batch_json
+            print(json.dumps(max_micro_batch_json(ts, best, est)))
         else:
             from trainmem.report.table import print_max_micro_batch
             print_max_micro_batch(best, est, ts, lang)
         return
     est = run_estimate(spec, ts)
-    if as_json:
-        out = est.to_dict()
-        if explain:  # the explain report as data: one {category, bytes, formula, source} per line
-            from trainmem.report.explain import accountings, explain_lines
-            out["explain"] = {
-                "lines": [{"category": ln.category, "bytes": ln.bytes, "formula": ln.formula, "source": ln.source}
-                          for ln in explain_lines(spec, ts, est)],
-                "accountings": [{"name": n, "bytes": b, "why": why} for n, b, why in accountings(spec, ts)]}
-        print(json.dumps(out))
+    if as_json:  # the library's builder, which trainmem.estimate() returns too
+        from trainmem.python_api import estimate_json
+        print(json.dumps(estimate_json(spec, ts, est, explain=explain)))
         return
     from trainmem.report.table import print_estimate
     print_estimate(spec, ts, est, lang)

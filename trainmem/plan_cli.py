@@ -16,19 +16,8 @@ _Opt = typer.Option
 
 def _request(model: str, cluster: str, global_batch: int, seq_len: int, precision: str, margin: float, top: int,
              fix: str | None, extra: dict, engines: tuple[str, ...] | None = None):  # noqa: ANN202
-    from trainmem.api import build
-    from trainmem.hardware import parse_cluster
-    from trainmem.plan.search import PlanRequest, engine_neutral_extras
-    from trainmem.plan.space import ENGINES, parse_fix
-
-    pool = parse_cluster(cluster)
-    fields = {k: v for k, v in extra.items() if v is not None and (v or k == "lora_rank")}
-    # the model and the fixed setup fields are validated once, as `trainmem estimate` validates them
-    spec, checked = build(model, seq_len=seq_len, gpu=pool.groups[0].gpu.name, **engine_neutral_extras(fields, precision))
-    fields.setdefault("attn", checked.attn)  # the model's default (eager for families without sdpa)
-    fixed = parse_fix(fix) if fix else {}
-    return PlanRequest(spec=spec, cluster=pool, global_batch=global_batch, seq_len=seq_len, precision=precision,
-                       margin=margin / 100, top=top, fixed=fixed, engines=engines or ENGINES, setup_extra=fields)
+    from trainmem.python_api import plan_request  # the library's, which trainmem.plan() uses too
+    return plan_request(model, cluster, global_batch, seq_len, precision, margin, top, fix, extra, engines)
 
 
 def plan_cmd(
@@ -36,10 +25,16 @@ def plan_cmd(
     cluster: Annotated[Optional[str], _Opt("--cluster", help="64xH100-SXM-80G, 8xA100-SXM-80G,4xRTX-3090-24G, or a .toml/.yaml file")] = None,
     global_batch: Annotated[int, _Opt("--global-batch", help="sequences per optimizer step")] = 0,
     seq_len: Annotated[int, _Opt("--seq-len", help="tokens per sequence")] = 4096,
-    precision: Annotated[str, _Opt("--precision", help="bf16|fp16|fp32|fp8 (each engine's own recipe)")] = "bf16",
+    precision: Annotated[str, _Opt("--precision", help="bf16|fp16|fp32|fp8 (each engine's own recipe), or a recipe: "
+                                                       "amp-bf16|amp-fp16 (torch, fsdp2), mixed-bf16|mixed-fp16 "
+                                                       "(deepspeed, megatron)")] = "bf16",
     margin: Annotated[float, _Opt("--margin", help="safety margin on reserved memory, percent")] = 5.0,
     top: Annotated[int, _Opt("--top", help="plans to show")] = 5,
-    fix: Annotated[Optional[str], _Opt("--fix", help="k=v,... fixes knobs: engine, dp, tp, pp, vpp, cp, ep, zero, recompute, offload, micro_batch, grad_accum")] = None,
+    fix: Annotated[Optional[str], _Opt("--fix", help="k=v,... pins knobs, any value the estimator accepts: engine, dp, "
+                                                      "tp, pp, vpp, cp, ep, zero, recompute (none|selective|full|block-N), "
+                                                      "recompute_layers, offload, micro_batch, grad_accum, and setup "
+                                                      "fields: sp, megatron_deepspeed, stage_layers (15/16/16/15), "
+                                                      "optimizer, attn, loss, …")] = None,
     min_gpus: Annotated[bool, _Opt("--min-gpus", help="fewest GPUs of --gpu on which the model trains")] = False,
     gpu: Annotated[Optional[str], _Opt("--gpu", help="GPU type for --min-gpus / --tokens --days")] = None,
     tokens: Annotated[Optional[float], _Opt("--tokens", help="tokens to train (with --days and --gpu)")] = None,
@@ -61,17 +56,10 @@ def plan_cmd(
     """The fastest training configurations that fit a GPU pool (or how many GPUs a model needs)."""
     from trainmem.report.i18n import check_lang
     from trainmem.errors import ConfigError
+    from trainmem.python_api import plan_checks, plan_json, plan_sizing
 
     check_lang(lang)
-    if global_batch < 1:
-        raise ConfigError("--global-batch is required (sequences per optimizer step, ≥ 1)")
-    sizing = min_gpus or tokens is not None or days is not None
-    if sizing and not gpu:
-        raise ConfigError("--min-gpus and --tokens/--days need --gpu TYPE")
-    if (tokens is None) != (days is None):
-        raise ConfigError("--tokens and --days go together")
-    if not sizing and not cluster:
-        raise ConfigError("--cluster is required (e.g. --cluster 8xH100-SXM-80G)")
+    sizing = plan_checks(global_batch, cluster, gpu, min_gpus, tokens, days)
     if export and not out_dir:
         raise ConfigError("--export needs -o DIR")
     extra = {"optimizer": optimizer, "attn": attn, "lora_rank": lora_rank, "qlora": qlora or None,
@@ -79,14 +67,7 @@ def plan_cmd(
              "fp8_params": fp8_params or None, "async_tp": async_tp or None}
     engines = _export_engines(export) if export else None
     req = _request(model, cluster or f"1x{gpu}", global_batch, seq_len, precision, margin, top, fix, extra, engines)
-    out: dict = {}
-    if sizing:
-        from trainmem.plan.sizing import gpus_for_deadline, min_gpus as find_min
-        if min_gpus:
-            out["min_gpus"] = find_min(req, gpu).to_dict()
-        if tokens is not None:
-            out["gpus_for_deadline"] = {**gpus_for_deadline(req, gpu, tokens, days).to_dict(),
-                                        "tokens": tokens, "days": days}
+    out: dict = plan_sizing(req, gpu, min_gpus, tokens, days) if sizing else {}
     result = None
     if cluster:
         from trainmem.plan.search import plan
@@ -97,9 +78,7 @@ def plan_cmd(
         from trainmem.report.html import plan_report_html, write_report
         write_report(report, plan_report_html(req, result, lang))
     if as_json:
-        d = result.to_dict() if result is not None else {"search_seconds": 0.0, "plans": []}
-        d.update(out)
-        print(json.dumps(d))
+        print(json.dumps(plan_json(result, out)))
         return
     from trainmem.report.plan_table import print_plans
     print_plans(req, result, out, lang)
