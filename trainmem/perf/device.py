@@ -9,7 +9,7 @@ from trainmem.errors import ConfigError
 from trainmem.hardware.catalog import GPU
 from trainmem.perf import calibration as cal
 
-__all__ = ["Device", "device_of", "matmul_kind"]
+__all__ = ["Device", "device_of", "matmul_kind", "mfu_peak_flops_per_s"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,20 @@ def matmul_kind(precision: str, compute_bytes: int) -> str:
     if compute_bytes == 4:
         return "fp32"
     return "fp8" if precision == "fp8" else "16"
+
+
+def mfu_peak_flops_per_s(dev: Device, precision: str) -> float:
+    """FLOP/s per GPU that MFU divides by: the dense peak of the number format the recipe (or planner
+    family) ``precision`` asks for — fp8 → fp8, fp32 → fp32 (non-TF32), every 16-bit recipe (bf16, fp16,
+    amp-*, mixed-*) → 16-bit — not of the kernel path an engine falls back to. PaLM's MFU (Chowdhery et
+    al. 2022, Appendix B) divides achieved model FLOP/s by the hardware's peak for the training's format; a
+    recipe an engine runs in fp32 (torchtitan's TP without FSDP: trainmem.memory.activations.tp_only_fp32)
+    is charged against the 16-bit peak it was chosen for, so MFU and tokens/s tell the same story."""
+    if precision == "fp8":
+        return dev.peak8_flops
+    if precision == "fp32":
+        return dev.peak32_flops
+    return dev.peak16_flops
 
 
 def check_precision(dev: Device, kind: str) -> None:

@@ -62,6 +62,11 @@ _NOTE: dict[str, str] = {
               "stay 16-bit.",
     "fp8-torchao": "fp8 (torchao rowwise float8 with compiled casts): the layers' linear GEMMs run in fp8, inputs, "
                    "gradients and weights cast every micro-batch; attention, router and LM head stay 16-bit.",
+    "fp32-tp": "torchtitan applies no fully_shard to tensor parallelism without data or context parallelism "
+               "(dp = cp = 1) and then disables mixed precision (maybe_enable_amp: \"Mixed precision training with "
+               "TP or PP is only supported when FSDP/HSDP/CP is enabled\"), so this recipe computes in fp32 at the "
+               "fp32 (non-TF32) peak, and MFU is against the 16-bit peak it asks for; dp or cp of 2 or more, or "
+               "the pure bf16 recipe (torchtitan training.dtype = bfloat16), computes in 16 bits.",
     "amp": "torch autocast casts every fp32 weight to 16 bits in each forward and keeps the residual stream in fp32.",
     "offload": "The CPU optimizer runs at an assumed 3 billion parameters per second per node (DeepSpeedCPUAdam; "
                "torch's CPU AdamW 6 times slower), over the GPU's host link.",

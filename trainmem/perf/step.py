@@ -17,14 +17,14 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from trainmem.hardware.cluster import GPUGroup, Link
-from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes, sdpa_math_fallback
+from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes, sdpa_math_fallback, tp_only_fp32
 from trainmem.memory.states import layers_of_stage, rank_params
 from trainmem.model.spec import ModelSpec
 from trainmem.perf import calibration as cal
 from trainmem.perf.collectives import allgather_seconds, allreduce_seconds, alltoall_seconds, p2p_seconds, span
 from trainmem.perf import deepspeed_pipe as dsp
 from trainmem.perf import ring
-from trainmem.perf.device import Device, check_precision, device_of, matmul_kind
+from trainmem.perf.device import Device, check_precision, device_of, matmul_kind, mfu_peak_flops_per_s
 from trainmem.perf.flops import (Linear, attention_forward_flops_per_token, attention_keys_model, head_linear,
                                  layer_linears, sliding_layer_share,
                                  matmul_params_per_token)
@@ -58,7 +58,9 @@ class StepTime:
     tokens_per_second: float
     tokens_per_second_per_gpu: float
     mfu: float
-    """Model FLOPs (PaLM, no recomputation) / (step_seconds · gpus · dense peak of the precision)."""
+    """Model FLOPs (PaLM, no recomputation: trainmem.perf.flops.model_flops_per_token) / (step_seconds · gpus ·
+    dense peak of the recipe's precision, :func:`trainmem.perf.device.mfu_peak_flops_per_s`): the MFU that
+    ``tokens_per_second_per_gpu`` implies."""
     model_flops_per_step: float
     """Global."""
     microbatch_seconds: float
@@ -360,7 +362,7 @@ class _Entry:
         self.counts = _sync_counts(spec, s, stage)
         keys = attention_keys_model(spec, s.seq_len)
         self.flops_per_token = 6.0 * m.matmul_per_token + 3.0 * spec.num_layers * m.attn_per_token_per_key * keys
-        self.peak = {"fp8": ctx.dev.peak8_flops, "fp32": ctx.dev.peak32_flops}.get(ctx.mm, ctx.dev.peak16_flops)
+        self.peak = mfu_peak_flops_per_s(ctx.dev, s.precision)
         self.cast = _te_weight_cast_seconds(s, ctx, m, self.st)
         self.pb, self.gb = _comm_bytes(s, ctx)
         self.state = 4 if (ctx.amp or ctx.c == 4 or s.engine in ("megatron", "deepspeed")
@@ -543,14 +545,14 @@ def _ds_pipe(s: TrainingSetup, e: _Entry) -> _DSPipe:
 
 
 def _notes(s: TrainingSetup, e: _Entry) -> tuple[str, ...]:
-    key = (s.offload != "none", s.fsdp_applied, s.gpus > 1, s.megatron_deepspeed)
+    key = (s.offload != "none", s.fsdp_applied, s.gpus > 1, s.megatron_deepspeed, tp_only_fp32(s))
     hit = e.notes.get(key)
     if hit is None:
         ctx, m = e.ctx, e.m
         hit = e.notes[key] = _notes_cached(
             s.engine, s.recompute, s.tp > 1, s.cp > 1, s.ep > 1, bool(m.moe_layers), s.pp > 1, ctx.attn, ctx.style,
             ctx.fp8_recipe, ctx.amp, key[0], s.is_lora, s.qlora, ctx.dev.name, ctx.dev.mamf_measured, key[1],
-            tp_comm_overlapped(s), key[2], key[3])
+            tp_comm_overlapped(s), key[2], key[3], key[4])
     return hit
 
 
@@ -558,7 +560,7 @@ def _notes(s: TrainingSetup, e: _Entry) -> tuple[str, ...]:
 def _notes_cached(engine: str, recompute: str, tp: bool, cp: bool, ep: bool, moe: bool, pp: bool, attn: str,
                   style: str, fp8: str, amp: bool, offload: bool, lora: bool, qlora: bool, gpu: str,
                   measured: bool, fsdp: bool, tp_overlap: bool = False, multi: bool = True,
-                  ds_pipe: bool = False) -> tuple[str, ...]:
+                  ds_pipe: bool = False, fp32_tp: bool = False) -> tuple[str, ...]:
     keys = ["kernels", style, {"fa2-hopper": "fa2", "triton-fa2-hopper": "triton", "triton-fa2": "triton"}.get(attn, attn),
             "placement", "step"]
     if multi:
@@ -566,7 +568,7 @@ def _notes_cached(engine: str, recompute: str, tp: bool, cp: bool, ep: bool, moe
     overlap_note = "tp-async" if engine == "fsdp2" else "tp-overlap"
     keys += [k for k, on in ((overlap_note if tp_overlap else "tp", tp), ("cp", cp), ("ep", ep), ("moe", moe),
                              ("bubble", pp), ("pp", pp),
-                             ("amp", amp), ("lora", lora), ("qlora", qlora), ("offload", offload)) if on]
+                             ("fp32-tp", fp32_tp), ("amp", amp), ("lora", lora), ("qlora", qlora), ("offload", offload)) if on]
     if recompute == "full":
         keys.append("full")
     elif recompute == "selective":

@@ -25,6 +25,7 @@ import heapq
 from collections.abc import Sequence
 
 from trainmem.perf import grad_sync_seconds
+from trainmem.perf.device import device_of, mfu_peak_flops_per_s
 from trainmem.plan.result import GroupShare, Plan
 from trainmem.plan.search import GroupSearch, PlanRequest, single_group_plans
 from trainmem.plan.space import Knobs, SpaceLimits, configurations, with_knobs
@@ -145,7 +146,7 @@ def _combine(req: PlanRequest, searches: Sequence[GroupSearch], k: Knobs, mbs: l
     step = local[slow] + sync
     tokens = req.global_batch * req.seq_len
     flops = times[0][2].model_flops_per_step * tokens / max(times[0][2].tokens_per_step, 1)
-    peak = sum(gs.group.count * _peak_flops(gs) for gs, _, _ in times)
+    peak = sum(gs.group.count * mfu_peak_flops_per_s(device_of(gs.group.gpu), s.precision) for gs, s, _ in times)
     notes = (f"mixed pool: types wait for the slowest ({shares[slow].gpu}); gradients synchronised over {cross.name}",)
     return Plan(shares=tuple(shares), step_seconds=step, tokens_per_step=tokens, mfu=flops / (step * peak),
                 time_breakdown=breakdown, runs_on=runs_on, notes=notes)

@@ -44,6 +44,7 @@ from trainmem.memory.estimate import MemoryEstimate, estimate
 from trainmem.model.spec import ModelSpec
 from trainmem.perf import StepTime, grad_sync_seconds, optimizer_seconds
 from trainmem.perf.collectives import p2p_seconds
+from trainmem.perf.device import device_of, mfu_peak_flops_per_s
 from trainmem.perf.flops import model_flops_per_token
 from trainmem.perf.step import stage_seconds, step_overhead_seconds
 from trainmem.plan.bounds import resident_bytes, states_lower_bound_bytes
@@ -502,7 +503,9 @@ class _Staged:
         step = sum(breakdown.values())
         tokens = req.global_batch * req.seq_len
         flops = model_flops_per_token(req.spec, req.seq_len) * tokens
-        peak = sum(self.searches[gi].group.count * _peak(self.searches[gi]) for gi in c.groups)
+        peak = sum(self.searches[gi].group.count
+                   * mfu_peak_flops_per_s(device_of(self.searches[gi].group.gpu), self.searches[gi].family)
+                   for gi in c.groups)
         t = StepTime(step, tokens, tokens / step, tokens / step / k.gpus, flops / (step * peak), flops, totals[slow],
                      breakdown, ())
         layout = StageLayout(types=tuple(self.searches[gi].group.gpu.name for gi in c.groups), stages=c.stages,
@@ -521,11 +524,6 @@ class _Staged:
         owner = [i for i, s in enumerate(c.stages) for _ in range(s)]
         return max(self.times(c.groups[owner[j]], c.knobs).total(*self.counts(stage_layers(L, pp, j)), j == 0, j == pp - 1)
                    for j in range(pp))
-
-
-def _peak(gs: GroupSearch) -> float:
-    g = gs.group.gpu
-    return (g.bf16_tflops or getattr(g, "fp16_tflops", 0.0) or 1.0) * 1e12
 
 
 def _runs_on(engine: str, layout: StageLayout) -> str:

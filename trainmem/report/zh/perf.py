@@ -102,6 +102,15 @@ EXACT: dict[str, str] = {
     "gradients and weights cast every micro-batch; attention, router and LM head stay 16-bit.":
         "fp8（torchao rowwise float8，类型转换经 compile 融合）：各层 linear 的 GEMM 以 fp8 运行，输入、梯度和权重"
         "每个 micro-batch 都要转换；attention、router 和 LM head 仍为 16 位。",
+    "torchtitan applies no fully_shard to tensor parallelism without data or context parallelism "
+    "(dp = cp = 1) and then disables mixed precision (maybe_enable_amp: \"Mixed precision training with "
+    "TP or PP is only supported when FSDP/HSDP/CP is enabled\"), so this recipe computes in fp32 at the "
+    "fp32 (non-TF32) peak, and MFU is against the 16-bit peak it asks for; dp or cp of 2 or more, or "
+    "the pure bf16 recipe (torchtitan training.dtype = bfloat16), computes in 16 bits.":
+        "torchtitan 在没有数据并行和上下文并行（dp = cp = 1）时不对张量并行应用 fully_shard，并随之关闭混合精度"
+        "（maybe_enable_amp：\"Mixed precision training with TP or PP is only supported when FSDP/HSDP/CP is "
+        "enabled\"），因此该配方以 fp32 计算，按 fp32（非 TF32）峰值算力计时，MFU 仍按它所要求的 16 位峰值计算；"
+        "dp 或 cp 不小于 2，或使用纯 bf16 配方（torchtitan training.dtype = bfloat16），才以 16 位计算。",
     "torch autocast casts every fp32 weight to 16 bits in each forward and keeps the residual stream in fp32.":
         "torch autocast 在每次前向中把每个 fp32 权重转换成 16 位，残差流保持 fp32。",
     "The CPU optimizer runs at an assumed 3 billion parameters per second per node (DeepSpeedCPUAdam; "
