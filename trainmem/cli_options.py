@@ -70,6 +70,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("megatron_deepspeed", _B, "--megatron-deepspeed", "megatron with --pp: DeepSpeed's PipelineEngine and "
                                                         "BF16_Optimizer run the step (Megatron-DeepSpeed)"),
     ("offload", _S, "--offload", "none|optimizer|optimizer+params"),
+    ("optimizer_in_backward", _B, "--optimizer-in-backward", "torch, one GPU: step each parameter in its backward "
+                                                             "and free its gradient (torchtune optimizer_in_bwd)"),
     ("lora_rank", _I, "--lora-rank", "LoRA rank; 0 = full fine-tuning"),
     ("lora_targets", _S, "--lora-targets", "comma list of module names (PEFT's), or all-linear"),
     ("qlora", _B, "--qlora", "NF4 base weights (needs --lora-rank)"),

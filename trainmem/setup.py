@@ -48,6 +48,7 @@ fp8_backend        engine default  fp8 linears: megatron te (Transformer Engine)
 megatron_deepspeed False           megatron with pp > 1: DeepSpeed's PipelineEngine runs the step (Megatron-DeepSpeed:
                                    blocking pipeline sends, BF16_Optimizer, gradient all-reduce after the flush)
 offload            none            none | optimizer | optimizer+params
+optimizer_in_backward False        torch, one GPU: each parameter stepped and its gradient freed in its backward (torchtune)
 lora_rank          0               0 = full fine-tuning
 qlora              False           NF4 base weights (needs lora_rank > 0)
 qlora_impl         bnb (qlora)     bnb (bitsandbytes Params4bit: quant state replicated under FSDP) | torchao (NF4Tensor)
@@ -180,6 +181,12 @@ class TrainingSetup(BaseModel):
     sends, BF16_Optimizer's per-micro-batch fp32 accumulation, gradient all-reduce after the flush); memory is
     the megatron engine's (``zero`` 1 = BF16_Optimizer's sharded fp32 state)."""
     offload: Offload = "none"
+    optimizer_in_backward: bool = False
+    """torch engine on one GPU: the optimizer steps each parameter as soon as its gradient is accumulated and frees
+    that gradient (torchtune ``optimizer_in_bwd: True``: training/memory.py ``register_optim_in_bwd_hooks``, one
+    optimizer per parameter stepped and ``zero_grad``-ed in a ``register_post_accumulate_grad_hook``): no
+    gradient outlives its parameter's backward, and each step's temporaries are one tensor's. torchtune refuses
+    gradient accumulation with it."""
     lora_rank: int = Field(0, ge=0)
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     qlora: bool = False
@@ -311,6 +318,16 @@ class TrainingSetup(BaseModel):
         if self.optimizer_impl == "fused" and self.optimizer not in FUSED_OPTIMIZERS:
             raise ValueError(f"--optimizer-impl fused: torch.optim has fused kernels for {', '.join(FUSED_OPTIMIZERS)}, "
                              f"not {self.optimizer}")
+        if self.optimizer_in_backward:
+            if e != "torch" or self.gpus != 1:
+                raise ValueError("--optimizer-in-backward is modelled for --engine torch on one GPU (torchtune's "
+                                 "single-device recipes)")
+            if self.grad_accum != 1:
+                raise ValueError(f"--optimizer-in-backward steps in the backward: it cannot accumulate gradients "
+                                 f"(grad_accum({self.grad_accum}) must be 1, as torchtune requires)")
+            if self.loss == "fused-linear":
+                raise ValueError("--optimizer-in-backward with --loss fused-linear is not modelled (Liger computes the "
+                                 "head's weight gradient in the forward)")
         if self.optimizer in PAGED_OPTIMIZERS and e != "torch":
             raise ValueError(f"--optimizer {self.optimizer}: bitsandbytes' paged optimizers are modelled for --engine "
                              f"torch (single GPU or DDP), not {e}")

@@ -321,6 +321,16 @@ EXACT: dict[str, str] = {
     "`trainmem estimate`":
         "--device cuda 只测量 torch 引擎下的单卡；多卡任务请用 torchrun 运行，再与 `trainmem estimate` 对比",
     # trace/support.py: what cannot be traced (inside "cannot trace {what}; use `trainmem estimate`")
+    "--optimizer-in-backward is modelled for --engine torch on one GPU (torchtune's single-device recipes)":
+        "--optimizer-in-backward 只对单卡 --engine torch 建模（torchtune 的单卡 recipe）",
+    "--optimizer-in-backward with --loss fused-linear is not modelled (Liger computes the head's weight gradient in "
+    "the forward)": "--optimizer-in-backward 与 --loss fused-linear 的组合未建模（Liger 在前向中计算输出层的权重梯度）",
+    "optimizer in backward (torchtune optimizer_in_bwd): one optimizer per parameter, stepped in its "
+    "post-accumulate-grad hook, which then frees the gradient; no gradient outlives its parameter's backward":
+        "优化器融入反向（torchtune optimizer_in_bwd）：每个参数一个优化器，在其 post-accumulate-grad hook 中更新，随后释放梯度；"
+        "任何梯度都不会在其参数的反向结束后继续存在",
+    "--optimizer-in-backward (per-parameter optimizers in post-accumulate-grad hooks)":
+        "--optimizer-in-backward（每个参数一个优化器，挂在 post-accumulate-grad hook 上）",
     "adamw-8bit (bitsandbytes kernels)": "adamw-8bit（bitsandbytes kernel）",
     "LoRA/QLoRA fine-tuning (not traced yet)": "LoRA/QLoRA 微调（暂不支持追踪）",
     "--attn flash (flash-attention-2 kernels need a GPU; --attn sdpa traces CUDA's flash SDPA kernel)":
@@ -452,6 +462,9 @@ PATTERNS: list[tuple[str, str]] = [
     ("--optimizer {o:w}: bitsandbytes' paged optimizers are modelled for --engine torch (single GPU or DDP), not {e:w}",
      "--optimizer {o}：bitsandbytes 的分页优化器只对 --engine torch（单卡或 DDP）建模，不支持 {e}"),
     ("--qlora-impl {i:w} needs --qlora", "--qlora-impl {i} 需要 --qlora"),
+    ("--optimizer-in-backward steps in the backward: it cannot accumulate gradients (grad_accum({g:d}) must be 1, as "
+     "torchtune requires)",
+     "--optimizer-in-backward 在反向传播中执行优化器更新，无法累积梯度（grad_accum({g}) 必须为 1，与 torchtune 的要求一致）"),
     ("{o:w} (bitsandbytes): the state buffers of parameters of >= 1e5 elements ({g:d} GiB) are CUDA managed memory "
      "(cudaMallocManaged), outside torch's allocator: not in max_memory_allocated/reserved; nvidia-smi shows them "
      "while resident; paged out to host RAM when the GPU is full, so they never cause an OOM",

@@ -49,6 +49,8 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
             raise _no(f"tp({s.tp}) that does not divide num_key_value_heads({spec.num_kv_heads})")
     if s.optimizer == "adamw-8bit":
         raise _no("adamw-8bit (bitsandbytes kernels)")
+    if s.optimizer_in_backward:
+        raise _no("--optimizer-in-backward (per-parameter optimizers in post-accumulate-grad hooks)")
     if s.optimizer in ("paged-adamw", "paged-adamw-8bit"):
         raise _no(f"{s.optimizer} (bitsandbytes paged optimizer: CUDA managed memory)")
     if s.qlora:

@@ -93,6 +93,9 @@ class Engine:
 
     def bind(self, tl: Timeline, plan: StepPlan) -> None:
         self.tl, self.plan = tl, plan
+        # optimizer in backward, tied LM head: the head's gradient of the shared weight waits in autograd's
+        # input buffer of its AccumulateGrad until the embedding's backward adds its part; the hook fires then
+        self._awaiting = {"g_emb"} if (self.s.optimizer_in_backward and self.spec.tie_word_embeddings) else set()
 
     # -- static state ------------------------------------------------------------------------------
     def alloc_static(self) -> None:
@@ -136,6 +139,21 @@ class Engine:
             tl.alloc(key, "gradients", self.st.grad_elem * n)
         else:
             tl.spike(key + ":new", "temporaries", self.st.grad_elem * n)
+        if self.s.optimizer_in_backward:
+            if key in self._awaiting:
+                self._awaiting.discard(key)
+                return
+            self.step_in_backward(key)
+
+    def step_in_backward(self, key: str) -> None:
+        """Optimizer in backward: the post-accumulate-grad hook steps the parameter (one tensor's foreach
+        temporaries, :func:`optimizer_step_temp_bytes` of its elements) and ``zero_grad`` frees its gradient."""
+        from trainmem.memory.states import optimizer_step_temp_bytes
+
+        tl, elem = self.tl, self.st.grad_elem
+        n = tl.live[key][1] // elem
+        tl.spike(key + ":step", "temporaries", optimizer_step_temp_bytes(self.s, n, elem, elem))
+        tl.free(key)
 
     def layer_backward_end(self, j: int) -> None:
         """After layer j's backward (reduce its gradients, release its parameters)."""

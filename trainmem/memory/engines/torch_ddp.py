@@ -25,6 +25,11 @@ class TorchEngine(Engine):
         st = ModelStates(params=base + T * train_elem, grad_elem=train_elem,
                          states=optimizer_state_bytes(s, T, train_elem, self.spec),
                          step_temp=optimizer_step_temp_bytes(s, T, train_elem, train_elem))
+        if s.optimizer_in_backward:
+            st.step_temp = 0  # each parameter is stepped in its own backward (Engine.step_in_backward)
+            notes.append("optimizer in backward (torchtune optimizer_in_bwd): one optimizer per parameter, stepped in "
+                         "its post-accumulate-grad hook, which then frees the gradient; no gradient outlives its "
+                         "parameter's backward")
         st.paged = paged_optimizer_state_bytes(self.spec, s)
         if st.paged:
             st.states -= st.paged
