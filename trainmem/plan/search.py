@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainmem.errors import ConfigError, TrainmemError
 from trainmem.hardware.cluster import Cluster, GPUGroup
@@ -39,12 +39,13 @@ from trainmem.memory.overhead import CUDA_CONTEXT_BYTES, cuda_only_allocated_byt
 from trainmem.model.spec import ModelSpec
 from trainmem.perf import StepTime, microbatch_seconds, step_time
 from trainmem.perf.step import step_overhead_seconds
+from trainmem.plan.refusal import check_pins, needed_bytes, pins_text, why_nothing
 from trainmem.plan.bounds import logits_bytes, resident_bytes, stage_layer_params, states_lower_bound_bytes
 from trainmem.plan.result import GroupShare, Plan, PlanResult
 from trainmem.plan.space import (ENGINES, KNOB_KEYS, Knobs, SpaceLimits, configurations, engine_precision,
                                  knob_stage_layers, recompute_rank, savers, with_knobs)
 from trainmem.plan.view import SetupView
-from trainmem.setup import TrainingSetup, make_setup
+from trainmem.setup import RECIPES, TrainingSetup, make_setup, validate_for_model
 
 __all__ = ["PlanRequest", "GroupSearch", "plan", "fits_with_margin"]
 
@@ -70,7 +71,9 @@ class PlanRequest:
     global_batch: int
     seq_len: int
     precision: str = "bf16"
-    """A family (bf16, fp16, fp32) each engine runs as its own recipe, or fp8 (megatron, fsdp2)."""
+    """A family (bf16, fp16, fp32) each engine runs as its own recipe, fp8 (megatron, fsdp2), or one recipe
+    by the estimator's name (amp-bf16, mixed-bf16, amp-fp16, mixed-fp16: the engines that run it,
+    ``trainmem.setup.RECIPES``)."""
     margin: float = 0.05
     """Safety margin on the reserved memory (0.05 = 5 %)."""
     top: int = 5
@@ -79,15 +82,51 @@ class PlanRequest:
     setup_extra: Mapping[str, object] = field(default_factory=dict)
     """Other setup fields applied to every candidate (optimizer, attn, lora_rank, lora_targets, qlora)."""
 
+    @property
+    def pins(self) -> dict[str, object]:
+        """The setup fields ``--fix`` pins beyond the knobs (sp, megatron_deepspeed, stage_layers, …)."""
+        return {k: v for k, v in self.fixed.items() if k not in KNOB_KEYS}
+
+
+#: Recipes by the estimator's own names (``--precision amp-bf16``): the engines whose RECIPES hold them run them.
+RECIPE_NAMES = ("amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16")
+_FAMILIES = ("bf16", "fp16", "fp32", "fp8")
+
 
 def fits_with_margin(est: MemoryEstimate, margin: float) -> bool:
-    return est.device_total_bytes + int(margin * est.peak_reserved_bytes) <= est.gpu_memory_bytes
+    return needed_bytes(est, margin) <= est.gpu_memory_bytes
 
 
 def _precision_family(req: PlanRequest, group: GPUGroup) -> str:
     if req.precision == "bf16" and not group.gpu.bf16:
         return "fp16"
     return req.precision
+
+
+def resolve_request(req: PlanRequest) -> PlanRequest:
+    """The request as the search runs it: a recipe name (``amp-bf16``) keeps the engines that run it, and the
+    setup fields ``--fix`` pins apply to every configuration (a Megatron-only pin, e.g. ``megatron_deepspeed``,
+    keeps the Megatron engine; ``async_tp`` torchtitan's). With ``engine`` pinned nothing is dropped here: the
+    estimator's validation says why a pinned engine cannot run them."""
+    engines, pins = tuple(req.engines), req.pins
+    if "engine" not in req.fixed:
+        if req.precision in RECIPE_NAMES:
+            engines = tuple(e for e in engines if req.precision in RECIPES[e])
+        if any(pins.get(k) for k in _MEGATRON_ONLY):
+            engines = tuple(e for e in engines if e == "megatron")
+        if pins.get("async_tp"):
+            engines = tuple(e for e in engines if e == "fsdp2")
+        if not engines:
+            runs = [e for e in ENGINES if req.precision in RECIPES[e]] if req.precision in RECIPE_NAMES else []
+            pins = f" with the pins {pins_text(req.fixed)}" if req.fixed else ""
+            raise ConfigError(f"--precision {req.precision} is a recipe of {', '.join(runs)}; the engines searched "
+                              f"({', '.join(req.engines)}) do not run it{pins}" if req.precision in RECIPE_NAMES and
+                              not set(runs) & set(req.engines) else
+                              f"--fix {pins_text(req.fixed)}: none of the engines searched ({', '.join(req.engines)}) "
+                              "runs these pins")
+    if engines == tuple(req.engines) and not pins:
+        return req
+    return replace(req, engines=engines, setup_extra={**req.setup_extra, **pins})
 
 
 class GroupSearch:
@@ -110,17 +149,28 @@ class GroupSearch:
         """Per-type values other modules derive once (mixed pools, pipeline stages)."""
         self.evaluated = 0
         self.estimated = 0
+        self.pinned = frozenset(req.pins)
+        """Setup fields ``--fix`` pins: applied as they are, never dropped for an engine."""
+        self.invalid: dict[str, int] = {}
+        """The estimator's reasons for pinned configurations it refuses (message → how many)."""
+        self.why: dict[str, str] = {}
+        """Pool and batch rules that dropped pinned shapes (:func:`~trainmem.plan.space.configurations`)."""
+        self.valid_roots = 0
+        self.closest: tuple[int, Knobs, MemoryEstimate] | None = None
+        """The estimated configuration that missed by the least (bytes needed with the margin, …)."""
+        self.least_bound = 0
+        """The smallest memory floor of a configuration the bound dropped (bytes with the margin)."""
 
     # -- building blocks ------------------------------------------------------------------------
     def fields(self, k: Knobs) -> dict[str, object]:
-        extra = self.req.setup_extra
+        extra, pinned = self.req.setup_extra, self.pinned
         if k.engine != "megatron" and any(extra.get(key) for key in _MEGATRON_ONLY):
-            extra = {key: v for key, v in extra.items() if key not in _MEGATRON_ONLY}
+            extra = {key: v for key, v in extra.items() if key not in _MEGATRON_ONLY or key in pinned}
         prec = engine_precision(k.engine, self.family)
-        if extra.get("fp8_params") and prec != "fp8":
+        if extra.get("fp8_params") and prec != "fp8" and "fp8_params" not in pinned:
             extra = {key: v for key, v in extra.items() if key != "fp8_params"}
-        if extra.get("async_tp") and not (k.engine == "fsdp2" and k.tp > 1):  # (torchtitan's, with TP only)
-            extra = {key: v for key, v in extra.items() if key != "async_tp"}
+        if extra.get("async_tp") and not (k.engine == "fsdp2" and k.tp > 1) and "async_tp" not in pinned:
+            extra = {key: v for key, v in extra.items() if key != "async_tp"}  # (torchtitan's, with TP only)
         return {**k.setup_fields(self.req.spec), **extra, "seq_len": self.req.seq_len,
                 "gpu": self.group.gpu.name, "precision": prec}
 
@@ -130,6 +180,14 @@ class GroupSearch:
             return make_setup(**self.fields(k))
         except ConfigError:
             return None
+
+    def refusal(self, k: Knobs) -> str | None:
+        """The estimator's own reason for refusing ``k`` (``make_setup`` and ``validate_for_model``), or None."""
+        try:
+            validate_for_model(make_setup(**self.fields(k)), self.req.spec)
+        except ConfigError as err:
+            return str(err)
+        return None
 
     def time_of(self, k: Knobs) -> StepTime:
         """Predicted step time, from an unvalidated :class:`~trainmem.plan.view.SetupView` (memoised)."""
@@ -142,7 +200,8 @@ class GroupSearch:
     def view(self, k: Knobs) -> SetupView:
         f = self.fields(k)
         three_d = k.engine in ("megatron", "fsdp2") and k.tp > 1
-        f.update(sp=three_d, loss_parallel=three_d)
+        f.update(sp=bool(f["sp"]) if "sp" in self.pinned else three_d,
+                 loss_parallel=three_d and not f.get("no_loss_parallel"))
         return SetupView(**f)
 
     def time(self, setup: TrainingSetup | SetupView) -> StepTime:
@@ -199,6 +258,8 @@ class GroupSearch:
         self._est[k] = ok
         if ok is None:
             self._refuse(k)
+            if est is not None and (self.closest is None or needed_bytes(est, self.req.margin) < self.closest[0]):
+                self.closest = (needed_bytes(est, self.req.margin), k, est)
         return ok
 
     def _refuse(self, k: Knobs) -> None:
@@ -231,7 +292,10 @@ class GroupSearch:
         them (:func:`~trainmem.plan.bounds.resident_bytes`) and the activations of the micro-batches it
         holds in flight (1F1B: ``min(pp, grad_accum)``, and ``(pp - 1)/(pp·vpp)`` more of each when
         interleaved, ``trainmem/memory/walk.py``; one without a pipeline), or the last stage its own
-        with one micro-batch and its logits. Each part is never above what the estimator counts."""
+        with one micro-batch and its logits. Each part is never above what the estimator counts. (A pinned
+        ``stage_layers`` is not the split the bound reads: nothing is dropped by it then.)"""
+        if "stage_layers" in self.pinned:
+            return False
         average, first, last = self._state_bounds(k)
         if self._over(max(average, first, last)):
             return True  # (the states alone: no need to look at the activations)
@@ -255,7 +319,11 @@ class GroupSearch:
         """True if a step that allocates at least ``allocated`` bytes cannot fit with the margin: the
         estimate's device total is at least its peak (≥ ``allocated`` + the cuBLAS workspace) plus the
         CUDA context, and ``fits_with_margin`` adds ``margin`` × reserved (≥ peak)."""
-        return (1 + self.req.margin) * (allocated + self._fixed_bytes) + CUDA_CONTEXT_BYTES > self.memory_budget
+        need = (1 + self.req.margin) * (allocated + self._fixed_bytes) + CUDA_CONTEXT_BYTES
+        if need > self.memory_budget:
+            self.least_bound = int(min(need, self.least_bound or need))
+            return True
+        return False
 
     def _state_bounds(self, k: Knobs) -> tuple[int, int, int]:
         """(states of the average stage's rank, states + resident memory of stage 0's rank, and of the
@@ -316,7 +384,18 @@ class GroupSearch:
                           seq_len=self.req.seq_len, lora=bool(self.req.setup_extra.get("lora_rank")),
                           fp8=self.family == "fp8")
         root_fixed = {**fixed, "recompute": fixed.get("recompute", "none"), "offload": fixed.get("offload", "none")}
-        return list(configurations(self.req.spec, lim, root_fixed, self.req.engines))
+        roots = list(configurations(self.req.spec, lim, root_fixed, self.req.engines, self.why if fixed else None))
+        if fixed:  # a pinned value may be outside the planner's space: the estimator validates each root
+            valid = []
+            for k in roots:
+                reason = self.refusal(k)
+                if reason is None:
+                    valid.append(k)
+                else:
+                    self.invalid[reason] = self.invalid.get(reason, 0) + 1
+            roots = valid
+        self.valid_roots += len(roots)
+        return roots
 
     def best(self, gpus: int, global_batch: int, fixed: Mapping[str, object], top: int,
              distinct: bool = True, floor: float = 0.0) -> list[tuple[StepTime, Knobs, TrainingSetup, MemoryEstimate]]:
@@ -421,6 +500,8 @@ def single_group_plans(gs: GroupSearch, gpus: int, global_batch: int, top: int, 
 def plan(req: PlanRequest) -> PlanResult:
     """Search the pool; plans best first (see the module docstring)."""
     _check_request(req)
+    req = resolve_request(req)
+    check_pins(req)
     t0 = time.perf_counter()
     searches = [GroupSearch(req, g) for g in req.cluster.groups]
     plans: list[Plan] = []
@@ -438,7 +519,7 @@ def plan(req: PlanRequest) -> PlanResult:
                         evaluated=sum(s.evaluated for s in searches), estimated=sum(s.estimated for s in searches),
                         assumptions=_assumptions(req, searches))
     if not plans:
-        raise ConfigError(_why_refused(req, searches[0]) if _all_fixed(req) else _nothing_fits(req))
+        raise ConfigError(why_nothing(req, searches[0]) if req.fixed and not req.cluster.is_mixed else _nothing_fits(req))
     from trainmem.plan.explain import left_out, why_best
     result.why = why_best(plans)
     if req.cluster.is_mixed:
@@ -456,32 +537,15 @@ def _check_request(req: PlanRequest) -> None:
         raise ConfigError(f"--margin must be in [0, 100) percent, got {req.margin * 100:g}")
     if req.top < 1:
         raise ConfigError(f"--top must be ≥ 1, got {req.top}")
-    if req.precision not in ("bf16", "fp16", "fp32", "fp8"):
-        raise ConfigError(f"--precision {req.precision}: the planner takes bf16, fp16, fp32 or fp8 "
-                          "(each engine runs its own recipe of it)")
+    if req.precision not in _FAMILIES + RECIPE_NAMES:
+        raise ConfigError(f"--precision {req.precision}: the planner takes bf16, fp16, fp32 or fp8 (each engine runs "
+                          f"its own recipe of it) or a recipe: {', '.join(RECIPE_NAMES)}")
     for g in req.cluster.groups:
         if req.precision == "fp8" and not g.gpu.fp8_tflops:
             raise ConfigError(f"--precision fp8: {g.gpu.name} has no fp8 tensor cores")
-
-
-def _all_fixed(req: PlanRequest) -> bool:
-    return not req.cluster.is_mixed and all(k in req.fixed for k in KNOB_KEYS)
-
-
-def _why_refused(req: PlanRequest, gs: GroupSearch) -> str:
-    """The one configuration of a fully fixed request: the validation's reason, or the memory it needs."""
-    f = req.fixed
-    k = Knobs(**{key: f[key] for key in KNOB_KEYS})  # type: ignore[arg-type]
-    if k.gpus != req.cluster.total_gpus:
-        return f"--fix: dp·tp·pp·cp = {k.gpus} but the pool has {req.cluster.total_gpus} GPUs"
-    if k.micro_batch * k.grad_accum * k.dp != req.global_batch:
-        return (f"--fix: micro_batch({k.micro_batch}) × grad_accum({k.grad_accum}) × dp({k.dp}) = "
-                f"{k.micro_batch * k.grad_accum * k.dp}, not the global batch {req.global_batch}")
-    s = make_setup(**gs.fields(k))  # raises the estimator's own one-line reason
-    est = estimate(req.spec, s)
-    need = (est.device_total_bytes + int(req.margin * est.peak_reserved_bytes)) / 2**30
-    return (f"--fix: this configuration needs {need:.2f} GiB per GPU with the {req.margin * 100:g} % margin; "
-            f"{gs.group.gpu.name} has {est.gpu_memory_bytes / 2**30:.2f} GiB")
+        if req.precision in ("amp-bf16", "mixed-bf16") and not g.gpu.bf16:
+            raise ConfigError(f"--precision {req.precision}: {g.gpu.name} has no bfloat16; use "
+                              f"{req.precision.replace('bf16', 'fp16')} or --precision bf16 (fp16 recipes on it)")
 
 
 def _nothing_fits(req: PlanRequest) -> str:

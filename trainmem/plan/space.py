@@ -33,7 +33,7 @@ from trainmem.model.spec import ModelSpec
 
 __all__ = ["Knobs", "KNOB_KEYS", "SpaceLimits", "configurations", "divisors", "engine_precision", "parse_fix", "is_root",
            "savers", "with_knobs", "knob_split", "knob_stage_layers", "block_levels", "recompute_fields", "recompute_rank",
-           "ENGINES"]
+           "ENGINES", "SETUP_PIN_KEYS"]
 
 ENGINES = ("megatron", "fsdp2", "deepspeed", "torch")
 KNOB_KEYS = ("engine", "dp", "tp", "pp", "vpp", "cp", "ep", "zero", "recompute", "offload", "micro_batch",
@@ -198,7 +198,9 @@ def _cp_values(seq_len: int) -> list[int]:
 
 
 def _allowed(fixed: Mapping[str, object], key: str, values: list) -> list:
-    return [v for v in values if v == fixed[key]] if key in fixed else values
+    """The values the search visits: a pinned value as it is (``--fix`` evaluates any value the estimator
+    accepts, inside the planner's own space or not: vpp 10, tp across nodes, cp 3), else ``values``."""
+    return [fixed[key]] if key in fixed else values
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,18 +216,26 @@ class SpaceLimits:
 
 
 def configurations(spec: ModelSpec, lim: SpaceLimits, fixed: Mapping[str, object] | None = None,
-                   engines: tuple[str, ...] = ENGINES) -> Iterator[Knobs]:
-    """Every valid configuration of ``lim.gpus`` GPUs (see the module docstring); ``fixed`` pins knobs."""
+                   engines: tuple[str, ...] = ENGINES, why: dict[str, str] | None = None) -> Iterator[Knobs]:
+    """Every valid configuration of ``lim.gpus`` GPUs (see the module docstring); ``fixed`` pins knobs (a
+    pinned value is taken as it is, for the estimator to validate). ``why`` collects, per rule, the first
+    shape each pool or batch rule dropped (what ``--fix`` says when nothing is left)."""
     fixed = dict(fixed or {})
-    for engine in _allowed(fixed, "engine", list(engines)):
+    for engine in [e for e in engines if fixed.get("engine", e) == e]:
         if lim.fp8 and engine not in ("megatron", "fsdp2"):
             continue
         if lim.lora and engine == "megatron":
             continue
-        yield from _engine_configurations(spec, lim, fixed, engine)
+        yield from _engine_configurations(spec, lim, fixed, engine, why)
 
 
-def _parallel_shapes(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engine: str) -> Iterator[tuple[int, int, int, int, int]]:
+def _note(why: dict[str, str] | None, rule: str, message: str) -> None:
+    if why is not None:
+        why.setdefault(rule, message)
+
+
+def _parallel_shapes(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engine: str,
+                     why: dict[str, str] | None = None) -> Iterator[tuple[int, int, int, int, int]]:
     """(tp, pp, vpp, cp, ep) of one engine."""
     three_d = engine in ("megatron", "fsdp2")
     tps = _allowed(fixed, "tp", _tp_values(spec, lim.gpus_per_node, lim.gpus) if three_d else [1])
@@ -235,27 +245,42 @@ def _parallel_shapes(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engine: str
     for tp in tps:
         for pp in pps:
             for cp in cps:
-                if lim.gpus % (tp * pp * cp):
-                    continue
+                if lim.gpus % (tp * pp * cp):  # (not noted: pinned degrees the pool rules out are said up front,
+                    continue                   # trainmem/plan/refusal.py check_pins; free ones are the space's)
                 dp = lim.gpus // (tp * pp * cp)
                 if "dp" in fixed and fixed["dp"] != dp:
                     continue
                 vpps = [v for v in range(1, _MAX_VPP + 1)
                         if v == 1 or spec.num_layers % (pp * v) == 0 or account_split(spec.num_layers, pp, v)] if pp > 1 else [1]
-                if engine != "megatron":
-                    vpps = [1]  # interleaving is modelled for Megatron's schedule only
+                if engine != "megatron" or fixed.get("megatron_deepspeed"):
+                    vpps = [1]  # interleaving: Megatron's schedule only (DeepSpeed's PipelineEngine runs plain 1F1B)
                 for vpp in _allowed(fixed, "vpp", vpps):
                     for ep in eps:
                         if ep == 1 or (dp * cp * tp) % ep == 0:
                             yield tp, pp, vpp, cp, ep
+                        else:
+                            _note(why, "ep", f"ep({ep}) does not divide dp({dp}) × cp({cp}) × tp({tp}) = {dp * cp * tp}")
 
 
-def _engine_configurations(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engine: str) -> Iterator[Knobs]:
-    for tp, pp, vpp, cp, ep in _parallel_shapes(spec, lim, fixed, engine):
+def _engine_configurations(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engine: str,
+                           why: dict[str, str] | None = None) -> Iterator[Knobs]:
+    for tp, pp, vpp, cp, ep in _parallel_shapes(spec, lim, fixed, engine, why):
         dp = lim.gpus // (tp * pp * cp)
         if lim.global_batch % dp:
+            _note(why, "batch", f"the global batch {lim.global_batch} is not divisible by dp({dp}) "
+                                f"(= {lim.gpus} GPUs / (tp({tp}) × pp({pp}) × cp({cp})))")
             continue
         per_rank = lim.global_batch // dp
+        if "micro_batch" in fixed and per_rank % int(fixed["micro_batch"]):  # type: ignore[call-overload]
+            _note(why, "micro_batch", f"micro_batch({fixed['micro_batch']}) does not divide the {per_rank} sequences "
+                                      f"per replica (global batch {lim.global_batch} / dp({dp}))")
+            continue
+        if "grad_accum" in fixed and "micro_batch" in fixed and \
+                int(fixed["micro_batch"]) * int(fixed["grad_accum"]) != per_rank:  # type: ignore[call-overload]
+            _note(why, "grad_accum", f"micro_batch({fixed['micro_batch']}) × grad_accum({fixed['grad_accum']}) × dp({dp}) = "
+                                     f"{int(fixed['micro_batch']) * int(fixed['grad_accum']) * dp}, "  # type: ignore[call-overload]
+                                     f"not the global batch {lim.global_batch}")
+            continue
         for zero in _allowed(fixed, "zero", list(_ZERO[engine])):
             if engine == "fsdp2" and tp > 1 and dp * cp == 1 and zero == 3 and "zero" not in fixed:
                 continue  # no fully_shard at dp = cp = 1 (torchtitan): zero 2 and 3 are the same run
@@ -265,6 +290,8 @@ def _engine_configurations(spec: ModelSpec, lim: SpaceLimits, fixed: dict, engin
                     for mb in _allowed(fixed, "micro_batch", divisors(per_rank)):
                         ga = per_rank // mb
                         if "grad_accum" in fixed and fixed["grad_accum"] != ga:
+                            _note(why, "grad_accum", f"grad_accum({fixed['grad_accum']}) does not divide the {per_rank} "
+                                                     f"sequences per replica (global batch {lim.global_batch} / dp({dp}))")
                             continue
                         yield Knobs(engine, dp, tp, pp, vpp, cp, ep, zero, recompute, offload, mb, ga)
 
@@ -294,8 +321,51 @@ def savers(k: Knobs, fixed: Mapping[str, object], spec: ModelSpec | None = None)
     return out
 
 
+#: ``--fix`` keys that are not :class:`Knobs` but setup fields (every flag ``trainmem estimate`` names, less the
+#: pool's and the request's own: gpu, gpus, gpu_memory, seq_len, precision); they apply to every configuration
+#: evaluated, as pinned (``no_sp=true`` is ``sp=false``; ``recompute_layers=N`` is ``recompute=block-N``).
+SETUP_PIN_KEYS = ("sp", "megatron_deepspeed", "stage_layers", "optimizer", "optimizer_impl", "attn", "attn_kernel",
+                  "backward_prefetch", "loop", "loss", "loss_chunks", "async_tp", "no_loss_parallel", "grad_reduce_16bit",
+                  "fp8_params", "fp8_backend", "lora_rank", "lora_targets", "qlora", "qlora_impl")
+_REQUEST_KEYS = {"gpu": "--cluster", "gpus": "--cluster", "gpu_memory": "--cluster (a .toml with memory)",
+                 "seq_len": "--seq-len", "precision": "--precision"}
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _pin_value(key: str, value: str) -> object:
+    """A setup field's ``--fix`` value, typed and checked as :class:`~trainmem.setup.TrainingSetup` types it."""
+    from typing import get_args
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from trainmem.setup import TrainingSetup
+    ann = TrainingSetup.model_fields[key].annotation
+    low = value.lower()
+    if ann is bool or bool in get_args(ann):
+        if low not in _TRUE + _FALSE:
+            raise ConfigError(f"--fix: {key} takes true or false, got {value!r}")
+        return low in _TRUE
+    if key in ("stage_layers", "lora_targets"):  # (',' separates the pins: the list is '/'-separated)
+        parts = tuple(p.strip() for p in value.split("/") if p.strip())
+        if key == "stage_layers":
+            if not all(p.isdigit() for p in parts):
+                raise ConfigError(f"--fix: stage_layers {value!r}: layer counts separated by '/', e.g. 15/16/16/15")
+            return tuple(int(p) for p in parts)
+        return parts
+    try:
+        got = TypeAdapter(ann).validate_strings(value)
+    except ValidationError:
+        options = [a for arg in get_args(ann) for a in (get_args(arg) or [arg]) if isinstance(a, str)]
+        hint = f"one of {', '.join(options)}" if options else "a positive integer"
+        raise ConfigError(f"--fix: {key} {value!r} is not {hint}") from None
+    if isinstance(got, int) and got < 0:
+        raise ConfigError(f"--fix: {key} must be ≥ 0, got {value!r}")
+    return got
+
+
 def parse_fix(text: str) -> dict[str, object]:
-    """``--fix k=v,…`` → a dict of typed knob values (one-line ConfigError on a bad key or value)."""
+    """``--fix k=v,…`` → a dict of typed knob values (one-line ConfigError on a bad key or value): the
+    :data:`KNOB_KEYS` and the setup fields of :data:`SETUP_PIN_KEYS`."""
     out: dict[str, object] = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, sep, value = part.partition("=")
@@ -303,16 +373,34 @@ def parse_fix(text: str) -> dict[str, object]:
         value = value.strip()
         if not sep or not value:
             raise ConfigError(f"--fix: {part!r} is not key=value")
+        if key in _REQUEST_KEYS:
+            raise ConfigError(f"--fix: {key} is the request's own; give it with {_REQUEST_KEYS[key]}")
+        if key == "no_sp":
+            key, value = "sp", "false" if value.lower() in _TRUE else "true"
+        if key == "recompute_layers":
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"--fix: recompute_layers must be a positive integer, got {value!r}")
+            if out.get("recompute", "full") != "full" and not str(out.get("recompute")).startswith("block-"):
+                raise ConfigError(f"--fix: recompute_layers needs recompute=full, got recompute={out['recompute']}")
+            key, value = "recompute", f"block-{int(value)}"
+        if key in SETUP_PIN_KEYS:
+            out[key] = _pin_value(key, value)
+            continue
         if key not in KNOB_KEYS:
-            raise ConfigError(f"--fix: unknown knob {key!r}; knobs: {', '.join(KNOB_KEYS)}")
+            raise ConfigError(f"--fix: unknown knob {key!r}; knobs: {', '.join(KNOB_KEYS + SETUP_PIN_KEYS)}, "
+                              "recompute_layers")
         if key == "engine":
             if value not in ENGINES:
                 raise ConfigError(f"--fix: engine {value!r} is not one of {', '.join(ENGINES)}")
             out[key] = value
         elif key == "recompute":
-            if value not in _RECOMPUTE:
-                raise ConfigError(f"--fix: recompute {value!r} is not one of {', '.join(_RECOMPUTE)}")
-            out[key] = value
+            block = value.startswith("block-") and value[6:].isdigit() and int(value[6:]) >= 1
+            if value not in _RECOMPUTE and not block:
+                raise ConfigError(f"--fix: recompute {value!r} is not one of {', '.join(_RECOMPUTE)} (or block-N)")
+            if str(out.get("recompute", "")).startswith("block-") and value != "full":
+                raise ConfigError(f"--fix: recompute_layers needs recompute=full, got recompute={value}")
+            if not (value == "full" and str(out.get("recompute", "")).startswith("block-")):
+                out[key] = value
         elif key == "offload":
             if value not in ("none", "optimizer", "optimizer+params"):
                 raise ConfigError(f"--fix: offload {value!r} is not one of none, optimizer, optimizer+params")
