@@ -59,7 +59,7 @@ EXPLAIN_ABOVE = 0.15
 UNDER_BELOW = -0.10
 SPLITS = ("dev", "held_out")
 
-__all__ = ["load_points", "load_splits", "split_of", "measured_bytes", "relative_error", "median", "split_fields", "evaluate",
+__all__ = ["readme_paragraph", "load_points", "load_splits", "split_of", "measured_bytes", "relative_error", "median", "split_fields", "evaluate",
            "Row", "main"]
 
 
@@ -319,6 +319,27 @@ def split_section(rows: list[Row], splits: dict[str, list[str]]) -> list[str]:
             "frozen before any of their points was estimated (see `_about` in the data file for the rule and date).", ""] + lines + [""]
 
 
+def readme_paragraph(rows: list[Row], splits: dict[str, list[str]]) -> str:
+    """The README's accuracy headline, printed by ``--readme`` (tests/test_published.py checks that README.md
+    carries it verbatim): dev and held-out, signed and absolute, over the expressible points."""
+    t = stats(rows)
+    n_src = len({r.point["source"].get("repo", r.point["source"]["url"]) for r in rows})
+    parts = split_rows(rows, splits)
+    out = [f"Against **published GPU measurements** — the headline (`python benchmarks/published.py`, table in "
+           f"[docs/published.md](docs/published.md)): {t['points']} cited points from {n_src} sources, each with the "
+           f"figure quoted, what it measured (allocated / reserved / nvidia-smi) and what trainmem cannot express; "
+           f"{t['expressible']} are expressible ({t['expressible'] * 100 // max(t['points'], 1)} %)."]
+    for name, label in (("dev", "Development split"), ("held_out", "Held-out split (whole sources, frozen 2026-12-01)")):
+        part = parts.get(name) or []
+        if not part:
+            continue
+        u = stats(part)
+        out.append(f"{label}: {u['expressible']} of {u['points']} points expressible, median |error| "
+                   f"{_pct(u['median_abs_error'])}, signed median {_spct(u['median_error'])}, max "
+                   f"{_pct(u['max_abs_error'])}, {len(u['under_10pct'])} under-predicted by more than 10 %.")
+    return " ".join(out)
+
+
 def markdown(rows: list[Row], splits: dict[str, list[str]] | None = None) -> str:
     s = stats(rows)
     lines = [
@@ -403,12 +424,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true", help=f"also write {DOC.relative_to(ROOT)}")
     ap.add_argument("--only", default=None, help="only points whose id contains this string")
     ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--readme", action="store_true", help="print the README's accuracy headline paragraph only")
     args = ap.parse_args(argv)
     points = load_points(args.data)
     splits = load_splits(args.data)
     if args.only:
         points = [p for p in points if args.only in p["id"]]
     rows = evaluate_all(points)
+    if args.readme:
+        print(readme_paragraph(rows, splits))
+        return 0
     print_table(rows, splits=splits)
     if args.markdown:
         DOC.write_text(markdown(rows, splits), encoding="utf-8")

@@ -128,3 +128,16 @@ def test_published_doc_counts_match_the_data():
     for name in ("dev", "held_out"):
         n = sum(published.split_of(p, SPLITS) == name for p in POINTS)
         assert f"| {name} | {', '.join(SPLITS[name])} | {n} |" in doc
+
+
+def test_readme_carries_the_scripts_headline() -> None:
+    """README's accuracy headline is the paragraph ``benchmarks/published.py --readme`` prints, verbatim."""
+    import re
+    from pathlib import Path
+
+    rows = published.evaluate_all(published.load_points())
+    para = published.readme_paragraph(rows, published.load_splits())
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    norm = lambda t: re.sub(r"\s+", " ", t)  # noqa: E731
+    assert norm(para) in norm(readme), "README.md's published-measurements paragraph differs from the script's " \
+                                       "(python benchmarks/published.py --readme)"
