@@ -24,7 +24,7 @@ TYPE_CHECKING = False  # typing itself costs ~2 ms to import; type checkers read
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "estimate", "plan", "compare", "doctor", "Result", "Estimate",
+__all__ = ["__version__", "estimate", "plan", "compare", "doctor", "PreflightCallback", "Result", "Estimate",
            "MaxMicroBatch", "Plan", "Comparison", "Diagnosis", "TrainingSetup", "TrainmemError", "ConfigError",
            "UnknownModelError", "UnsupportedError"]
 
@@ -34,12 +34,14 @@ _LAZY = {
                                           "Comparison", "Diagnosis")},
     **{n: "trainmem.errors" for n in ("TrainmemError", "ConfigError", "UnknownModelError", "UnsupportedError")},
     "TrainingSetup": "trainmem.setup",
+    "PreflightCallback": "trainmem.integrations.hf",
 }
 #: API functions that share their name with a subpackage: the subpackage module is made callable.
 _CALLABLE_PACKAGES = {"plan": "trainmem.plan", "doctor": "trainmem.doctor"}
 
 if TYPE_CHECKING:
     from trainmem.errors import ConfigError, TrainmemError, UnknownModelError, UnsupportedError
+    from trainmem.integrations.hf import PreflightCallback
     from trainmem.python_api import (Comparison, Diagnosis, Estimate, MaxMicroBatch, Plan, Result, compare, doctor,
                                      estimate, plan)
     from trainmem.setup import TrainingSetup
