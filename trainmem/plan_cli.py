@@ -50,6 +50,8 @@ def plan_cmd(
     attn_kernel: Annotated[Optional[str], _Opt("--attn-kernel", help="step time: fa2|fa3|triton [engine default]")] = None,
     grad_reduce_16bit: Annotated[bool, _Opt("--grad-reduce-16bit", help="Megatron plans: 16-bit main-grad buffer")] = False,
     fp8_params: Annotated[bool, _Opt("--fp8-params", help="Megatron fp8 plans: fp8 weights (--fp8-param-gather)")] = False,
+    host_memory: Annotated[Optional[str], _Opt("--host-memory", help="host RAM per node, e.g. 512GiB: plans that "
+                                                                    "offload more there are refused")] = None,
     async_tp: Annotated[bool, _Opt("--async-tp", help="fsdp2 plans with TP: torchtitan's async TP (step time)")] = False,
     as_json: opt.Json = False, lang: opt.Lang = "en",
 ) -> None:
@@ -67,6 +69,8 @@ def plan_cmd(
              "fp8_params": fp8_params or None, "async_tp": async_tp or None}
     engines = _export_engines(export) if export else None
     req = _request(model, cluster or f"1x{gpu}", global_batch, seq_len, precision, margin, top, fix, extra, engines)
+    if host_memory:
+        req = _with_host_memory(req, host_memory)
     out: dict = plan_sizing(req, gpu, min_gpus, tokens, days) if sizing else {}
     result = None
     if cluster:
@@ -82,6 +86,20 @@ def plan_cmd(
         return
     from trainmem.report.plan_table import print_plans
     print_plans(req, result, out, lang)
+
+
+def _with_host_memory(req, text: str):  # noqa: ANN001, ANN202
+    from dataclasses import replace
+
+    from trainmem.errors import ConfigError
+    from trainmem.units import parse_size_bytes
+    try:
+        n = parse_size_bytes(text)
+    except ValueError as err:
+        raise ConfigError(f"--host-memory: {err}") from None
+    if n < 1:
+        raise ConfigError(f"--host-memory must be > 0, got {text!r}")
+    return replace(req, host_memory_bytes=n)
 
 
 def _export_engines(target: str) -> tuple[str, ...]:

@@ -193,3 +193,23 @@ def test_plan_takes_the_estimators_recipe_names(precision: str, engines: set | N
                       "--precision", "amp-fp16", "--export", "megatron", "-o", "out"], capsys)
     assert rc == 2 and err == ("error: --precision amp-fp16 is a recipe of fsdp2, torch; the engines searched "
                                "(megatron) do not run it\n")
+
+
+def test_sizing_shows_its_plan_and_the_host_ram_it_needs(capsys) -> None:
+    """Llama-3.1-8B (8,030,261,248 parameters) on one RTX 4090 trains only with FSDP2's CPUOffloadPolicy, which
+    keeps the fp32 parameters, gradients and Adam's two moments on the host: 16 B per parameter = 119.66 GiB. With
+    --host-memory 64GiB that plan is refused and the answer is a pool that needs no offload."""
+    argv = ["plan", "llama-3.1-8b", "--min-gpus", "--gpu", "RTX-4090-24G", "--global-batch", "32"]
+    rc, out, _ = run(argv + ["--json"], capsys)
+    d = json.loads(out)["min_gpus"]
+    assert rc == 0 and d["gpus"] == 1 and d["plan"]["offload"] == "optimizer+params"
+    assert d["host_memory_bytes"] == 8_030_261_248 * 16
+    rc, out, _ = run(argv, capsys)
+    out = " ".join(out.split())  # (rich wraps the line at the terminal's width)
+    assert rc == 0 and "plan: fsdp2 dp1 FSDP2 reshard_after_forward, offload optimizer+params, recompute full" in out
+    assert "host RAM per node 119.7 GiB" in out
+    rc, out, _ = run(argv + ["--host-memory", "64GiB", "--json"], capsys)
+    d = json.loads(out)["min_gpus"]
+    assert rc == 0 and d["gpus"] > 1 and d["host_memory_bytes"] <= 64 * GIB
+    rc, _, err = run(argv + ["--host-memory", "lots"], capsys)
+    assert rc == 2 and err.startswith("error: --host-memory: 'lots' is not a memory size")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from trainmem.plan.result import Plan
 
-__all__ = ["label", "why_best", "left_out", "PART_NAMES"]
+__all__ = ["sized_label", "label", "why_best", "left_out", "PART_NAMES"]
 
 #: The time-breakdown keys as a sentence names them.
 PART_NAMES = {
@@ -15,6 +15,19 @@ PART_NAMES = {
     "pp_comm": "pipeline send/receive", "dp_comm": "data-parallel communication", "bubble": "pipeline bubble",
     "offload": "offload traffic", "optimizer": "optimizer step",
 }
+
+
+def sized_label(d: dict) -> str:
+    """A plan's JSON object (``Plan.to_dict``) as one line that names every memory technique it uses:
+    ``deepspeed dp2 ZeRO-3, offload optimizer+params, recompute full, mb1×ga16``."""
+    e, z = d["engine"], d["zero"]
+    shard = {"torch": "DDP", "deepspeed": f"ZeRO-{z}",
+             "fsdp2": "FSDP2 " + ("reshard_after_forward" if z == 3 else "no reshard (ZeRO-2)"),
+             "megatron": "distributed optimizer" if z == 1 else "no optimizer sharding"}[e]
+    degrees = "".join(f" {n}{d[n]}" for n in ("tp", "pp", "vpp", "cp", "ep") if d.get(n, 1) > 1)
+    rec = d["recompute"] + (f" ({d['recompute_layers']} layers per stage)" if d.get("recompute_layers") else "")
+    return (f"{e}{degrees} dp{d['dp']} {shard}, offload {d['offload']}, recompute {rec}, "
+            f"mb{d['micro_batch']}×ga{d['grad_accum']}")
 
 
 def label(p: Plan) -> str:

@@ -81,6 +81,9 @@ class PlanRequest:
     engines: tuple[str, ...] = ENGINES
     setup_extra: Mapping[str, object] = field(default_factory=dict)
     """Other setup fields applied to every candidate (optimizer, attn, lora_rank, lora_targets, qlora)."""
+    host_memory_bytes: int | None = None
+    """Host RAM per node (``--host-memory``): a plan whose ranks on one node put more there (offloaded states,
+    :attr:`~trainmem.memory.estimate.MemoryEstimate.host_memory_bytes` per rank) is refused. None: not checked."""
 
     @property
     def pins(self) -> dict[str, object]:
@@ -254,13 +257,23 @@ class GroupSearch:
             est = estimate(self.req.spec, setup)
         except TrainmemError:
             est = None
-        ok = est if est is not None and fits_with_margin(est, self.req.margin) else None
+        ok = est if est is not None and fits_with_margin(est, self.req.margin) and self.host_fits(est, k) else None
         self._est[k] = ok
         if ok is None:
             self._refuse(k)
             if est is not None and (self.closest is None or needed_bytes(est, self.req.margin) < self.closest[0]):
                 self.closest = (needed_bytes(est, self.req.margin), k, est)
         return ok
+
+    def host_bytes_per_node(self, est: MemoryEstimate, gpus: int) -> int:
+        """Host RAM the ranks of one node need: each rank's offloaded states × the ranks a node holds."""
+        return est.host_memory_bytes * min(self.group.gpus_per_node, gpus)
+
+    def host_fits(self, est: MemoryEstimate, k: Knobs) -> bool:
+        """The node's host RAM (``--host-memory``) holds what the plan offloads there (a refusal covers the same
+        structure at any micro-batch or recompute: the offloaded states do not depend on them)."""
+        cap = self.req.host_memory_bytes
+        return cap is None or self.host_bytes_per_node(est, k.gpus) <= cap
 
     def _refuse(self, k: Knobs) -> None:
         self._refused.setdefault(k.structure(), []).append((recompute_rank(k.recompute), k.micro_batch))

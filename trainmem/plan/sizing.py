@@ -27,9 +27,18 @@ MAX_GPUS = 131_072
 class Sized:
     gpus: int
     result: PlanResult
+    gpus_per_node: int = 8
+
+    @property
+    def host_memory_bytes(self) -> int:
+        """Host RAM per node the plan needs: each rank's offloaded states
+        (``MemoryEstimate.host_memory_bytes``) × the ranks on a node (0 without offload). Pinned staging
+        buffers, the data loader and the process itself are not counted."""
+        m = self.result.plans[0].most_loaded.memory
+        return m.host_memory_bytes * min(self.gpus_per_node, self.gpus)
 
     def to_dict(self) -> dict:
-        return {"gpus": self.gpus, "plan": self.result.plans[0].to_dict()}
+        return {"gpus": self.gpus, "plan": self.result.plans[0].to_dict(), "host_memory_bytes": self.host_memory_bytes}
 
 
 def _attempt(req: PlanRequest, gpu: str, n: int) -> PlanResult | None:
@@ -45,12 +54,12 @@ def _first(req: PlanRequest, gpu: str, ok: Callable[[PlanResult], bool]) -> Size
     for n in range(1, node + 1):
         r = _attempt(req, gpu, n)
         if r is not None and ok(r):
-            return Sized(n, r)
+            return Sized(n, r, node)
     lo, hi, found = 1, 2, None
     while hi * node <= MAX_GPUS:
         r = _attempt(req, gpu, hi * node)
         if r is not None and ok(r):
-            found = Sized(hi * node, r)
+            found = Sized(hi * node, r, node)
             break
         lo, hi = hi, hi * 2
     if found is None:
@@ -59,7 +68,7 @@ def _first(req: PlanRequest, gpu: str, ok: Callable[[PlanResult], bool]) -> Size
         mid = (lo + hi) // 2
         r = _attempt(req, gpu, mid * node)
         if r is not None and ok(r):
-            hi, found = mid, Sized(mid * node, r)
+            hi, found = mid, Sized(mid * node, r, node)
         else:
             lo = mid
     return found

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trainmem.plan.explain import PART_NAMES, label
+from trainmem.plan.explain import PART_NAMES, label, sized_label
 from trainmem.report.i18n import tr
 from trainmem.units import GiB
 
@@ -23,6 +23,7 @@ _H = {
     "min": ("Fewest {gpu} that train it: {n}", "能训练它的最少 {gpu} 数量：{n}"),
     "deadline": ("Fewest {gpu} for {tokens:.3g} tokens in {days:g} days: {n} ({tps:,.0f} tokens/s)",
                  "{days:g} 天内训练 {tokens:.3g} tokens 所需最少 {gpu}：{n}（{tps:,.0f} tokens/s）"),
+    "sized": ("  plan: {plan}; host RAM per node {host:.1f} GiB", "  方案：{plan}；每节点主机内存 {host:.1f} GiB"),
     "export": ("Exported for {engine}:", "已导出 {engine} 配置："),
     "compare": ("What each technique saves and costs — {model}", "各项技术的显存节省与代价 — {model}"),
     "technique": ("technique", "技术"), "saves": ("saves GiB", "节省 GiB"), "slow": ("step time", "单步时间"),
@@ -81,10 +82,12 @@ def _print_sizing(extra: dict, lang: str, con: Console) -> None:
     if "min_gpus" in extra:
         d = extra["min_gpus"]
         con.print(_h("min", lang, gpu=next(iter(d["plan"]["per_gpu_type"])), n=d["gpus"]))
+        con.print(escape(_h("sized", lang, plan=sized_label(d["plan"]), host=d["host_memory_bytes"] / GiB)))
     if "gpus_for_deadline" in extra:
         d = extra["gpus_for_deadline"]
         con.print(_h("deadline", lang, gpu=next(iter(d["plan"]["per_gpu_type"])), n=d["gpus"], tokens=d["tokens"],
                      days=d["days"], tps=d["plan"]["tokens_per_second"]))
+        con.print(escape(_h("sized", lang, plan=sized_label(d["plan"]), host=d["host_memory_bytes"] / GiB)))
     if "export" in extra:
         con.print(_h("export", lang, engine=extra["export"]["engine"]))
         for f in extra["export"]["files"]:
