@@ -321,6 +321,12 @@ EXACT: dict[str, str] = {
     "`trainmem estimate`":
         "--device cuda 只测量 torch 引擎下的单卡；多卡任务请用 torchrun 运行，再与 `trainmem estimate` 对比",
     # trace/support.py: what cannot be traced (inside "cannot trace {what}; use `trainmem estimate`")
+    "model: an 8-bit (LLM.int8) base; trainmem models 4-bit (QLoRA, NF4) bases only":
+        "model：8 位（LLM.int8）基座；trainmem 只对 4 位（QLoRA、NF4）基座建模",
+    "warning: DoRA (use_dora) adds a magnitude vector per adapted module and a weight-norm in forward that trainmem "
+    "does not model; estimated as LoRA":
+        "警告：DoRA（use_dora）为每个被适配模块增加一个幅度向量，并在前向中做权重归一化，trainmem 未对此建模；按 LoRA 估算",
+    "recompute full: gradient checkpointing is on in the model": "recompute full：模型已开启梯度检查点",
     "--optimizer-in-backward is modelled for --engine torch on one GPU (torchtune's single-device recipes)":
         "--optimizer-in-backward 只对单卡 --engine torch 建模（torchtune 的单卡 recipe）",
     "--optimizer-in-backward with --loss fused-linear is not modelled (Liger computes the head's weight gradient in "
@@ -459,6 +465,41 @@ PATTERNS: list[tuple[str, str]] = [
      "gpus({g}) 不能被 tp({tp}) * pp({pp}) * cp({cp}) = {d} 整除"),
     ("{p:w} is not a recipe of the {e:w} engine; use {hint}", "{p} 不是 {e} 引擎的精度配方；请用 {hint!t}"),
     ("{o:w} (bitsandbytes) cannot be offloaded", "{o}（bitsandbytes）不能卸载"),
+    # ------------------------------------------------------------------ plan --fix / --precision / --host-memory
+    ("--fix {pins}: {why}", "--fix {pins}：{why!t}"),
+    ("--precision {p:w} is a recipe of {runs}; the engines searched ({e}) do not run it{pins}",
+     "--precision {p} 是 {runs} 的精度配方；搜索的引擎（{e}）不运行它{pins}"),
+    ("--precision {p:w}: the planner takes bf16, fp16, fp32 or fp8 (each engine runs its own recipe of it) or a "
+     "recipe: {r}", "--precision {p}：规划器接受 bf16、fp16、fp32 或 fp8（每个引擎运行自己的对应配方），或精度配方：{r}"),
+    ("--precision {p:w}: {g:w} has no bfloat16; use {q:w} or --precision bf16 (fp16 recipes on it)",
+     "--precision {p}：{g} 不支持 bfloat16；请用 {q} 或 --precision bf16（在它上面使用 fp16 配方）"),
+    ("--fix: {k:w} takes true or false, got {v}", "--fix：{k} 只接受 true 或 false，得到 {v}"),
+    ("--fix: stage_layers {v}: layer counts separated by '/', e.g. 15/16/16/15",
+     "--fix：stage_layers {v}：各阶段层数用 '/' 分隔，例如 15/16/16/15"),
+    ("--fix: {k:w} {v} is not {hint}", "--fix：{k} {v} 不是{hint!t}"),
+    ("--fix: {k:w} must be ≥ 0, got {v}", "--fix：{k} 必须 ≥ 0，得到 {v}"),
+    ("--fix: {k:w} is the request's own; give it with {flag}", "--fix：{k} 属于请求本身；请用 {flag} 给出"),
+    ("--fix: recompute_layers needs recompute=full, got recompute={r:w}",
+     "--fix：recompute_layers 需要 recompute=full，得到 recompute={r}"),
+    ("--host-memory must be > 0, got {v}", "--host-memory 必须 > 0，得到 {v}"),
+    ("--host-memory: {why}", "--host-memory：{why!t}"),
+    # ------------------------------------------------------------------ Python API, live models, preflight
+    ("{f:w}() got an unknown setup keyword {k:w}; valid: {v}", "{f}() 收到未知的 setup 关键字 {k}；可用：{v}"),
+    ("model: expected a catalog name, a path, a config dict, a transformers PretrainedConfig or a torch.nn.Module, "
+     "got {t:w}", "model：应为模型目录名、路径、config 字典、transformers PretrainedConfig 或 torch.nn.Module，得到 {t}"),
+    ("on_overflow {v:w}: not one of {c}", "on_overflow {v}：不是 {c} 之一"),
+    ("model: a PEFT {k:w} adapter; trainmem models LoRA (and QLoRA) only",
+     "model：PEFT {k} 适配器；trainmem 只对 LoRA（和 QLoRA）建模"),
+    ("model: the PEFT adapter {a:w} adapts no module trainmem can see (no LoraLayer)",
+     "model：PEFT 适配器 {a} 没有适配任何 trainmem 能识别的模块（没有 LoraLayer）"),
+    ("model: LoRA ranks differ between modules ({d}; rank_pattern); trainmem models one rank for every adapted module",
+     "model：各模块的 LoRA rank 不同（{d}；rank_pattern）；trainmem 只对所有被适配模块使用同一个 rank 的情况建模"),
+    ("lora_rank {r:d}, lora_targets {t:w}: read from the PEFT model's adapter {a:w} (the modules it adapted)",
+     "lora_rank {r}、lora_targets {t}：读自 PEFT 模型的适配器 {a}（即它实际适配的模块）"),
+    ("model: a {t:w} without a transformers config; trainmem needs the architecture: pass its config.json (path or "
+     "dict) or a PretrainedConfig",
+     "model：{t} 没有 transformers config；trainmem 需要模型结构：请传入它的 config.json（路径或字典）或 PretrainedConfig"),
+    ("attn {a:w}: the model's attn_implementation {i:w}", "attn {a}：来自模型的 attn_implementation {i}"),
     ("--optimizer {o:w}: bitsandbytes' paged optimizers are modelled for --engine torch (single GPU or DDP), not {e:w}",
      "--optimizer {o}：bitsandbytes 的分页优化器只对 --engine torch（单卡或 DDP）建模，不支持 {e}"),
     ("--qlora-impl {i:w} needs --qlora", "--qlora-impl {i} 需要 --qlora"),
