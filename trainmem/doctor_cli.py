@@ -2,7 +2,8 @@
 
 ``trainmem doctor [--error FILE|-] [--log FILE] [--snapshot FILE] [--nvidia-smi FILE] [--config FILE]
 [MODEL and estimate flags] [--lang zh] [--json]`` prints ``{"findings": [{"cause", "evidence",
-"expected_bytes", "observed_bytes", "fixes": [{"action", "saves_bytes", "slowdown_pct"}]}]}``, most likely first.
+"expected_bytes", "observed_bytes", "fixes": [{"action", "saves_bytes", "slowdown_pct"}], "likelihood"}]}``, most
+likely first (``undetermined`` first when no cause reaches the threshold).
 """
 
 from __future__ import annotations

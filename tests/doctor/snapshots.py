@@ -102,3 +102,74 @@ def replayed_peak() -> dict:
         trace.append({"action": "free_completed", "addr": base + 4 * GiB + i * GiB, "size": GiB, "stream": 0,
                       "frames": []})
     return snapshot(segs, trace)
+
+
+# --------------------------------------------------------------------------- the corpus of issue 19
+
+
+def fragmented_2g() -> dict:
+    return fragmented(2 * GiB)
+
+
+def fragmented_small_pieces() -> dict:
+    """Forty 256 MiB segments each holding one 64 MiB block: 7.5 GiB free in 192 MiB pieces; an OOM for 512 MiB."""
+    base = 0x7A0000000000
+    segs = [segment(base + i * GiB, [(64 * MiB, "active_allocated", "activations"), (192 * MiB, "inactive", "")])
+            for i in range(40)]
+    trace = [{"action": "oom", "size": 512 * MiB, "device_free": 100 * MiB, "stream": 0,
+              "frames": FRAMES["activations"]}]
+    return snapshot(segs, trace)
+
+
+def fragmented_no_oom() -> dict:
+    """The layout of :func:`fragmented` with no OOM in the trace: free cached blocks that nothing asked for."""
+    snap = fragmented()
+    snap["device_traces"] = [[]]
+    return snap
+
+
+def cached_free() -> dict:
+    """Between two steps: the model states packed, the freed activations' blocks kept by the cache inside
+    partly used segments (what every healthy run looks like), no OOM."""
+    base = 0x790000000000
+    return snapshot([segment(base, [(4 * GiB, "active_allocated", "parameters")]),
+                     segment(base + 8 * GiB, [(4 * GiB, "active_allocated", "gradients")]),
+                     segment(base + 16 * GiB, [(8 * GiB, "active_allocated", "optimizer_states")]),
+                     segment(base + 32 * GiB, [(512 * MiB, "active_allocated", "activations"),
+                                               (5 * GiB + 512 * MiB, "inactive", "")]),
+                     segment(base + 40 * GiB, [(20 * MiB, "active_allocated", "temporaries"),
+                                               (2 * GiB - 20 * MiB, "inactive", "")])])
+
+
+def loader_small() -> dict:
+    base = 0x780000000000
+    return snapshot([segment(base, [(2 * GiB, "active_allocated", "parameters")]),
+                     segment(base + 4 * GiB, [(96 * MiB, "active_allocated", "dataloader")])])
+
+
+def loader_large() -> dict:
+    base = 0x770000000000
+    return snapshot([segment(base, [(2 * GiB, "active_allocated", "parameters")]),
+                     segment(base + 4 * GiB, [(1536 * MiB, "active_allocated", "dataloader")])])
+
+
+def eval_small() -> dict:
+    """An evaluation under no_grad, caught mid-forward: one layer's output alive (64 MiB)."""
+    base = 0x760000000000
+    return snapshot([segment(base, [(2 * GiB, "active_allocated", "parameters")]),
+                     segment(base + 4 * GiB, [(64 * MiB, "active_allocated", "eval")])])
+
+
+def eval_kept_large() -> dict:
+    base = 0x750000000000
+    return snapshot([segment(base, [(6 * GiB, "active_allocated", "parameters")]),
+                     segment(base + 8 * GiB, [(9 * GiB, "active_allocated", "eval")])])
+
+
+def mid_step() -> dict:
+    """In the forward of a step: model states and 3 GiB of activations, a 1 GiB cached block free, no OOM."""
+    base = 0x740000000000
+    return snapshot([segment(base, [(4 * GiB, "active_allocated", "parameters")]),
+                     segment(base + 8 * GiB, [(8 * GiB, "active_allocated", "optimizer_states")]),
+                     segment(base + 16 * GiB, [(3 * GiB, "active_allocated", "activations"),
+                                               (1 * GiB, "inactive", "")])])

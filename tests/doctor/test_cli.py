@@ -73,7 +73,8 @@ def test_json_contract(capsys) -> None:
     d = json.loads(out)
     assert list(d) == ["findings"] and len(d["findings"]) >= 2
     for f in d["findings"]:
-        assert list(f) == ["cause", "evidence", "expected_bytes", "observed_bytes", "fixes"]
+        assert list(f) == ["cause", "evidence", "expected_bytes", "observed_bytes", "fixes", "likelihood"]
+        assert isinstance(f["likelihood"], float) and 0 <= f["likelihood"] <= 1
         assert isinstance(f["evidence"], str) and f["evidence"]
         assert all(v is None or isinstance(v, int) for v in (f["expected_bytes"], f["observed_bytes"]))
         for x in f["fixes"]:
@@ -104,7 +105,7 @@ def _bad_inputs(tmp_path) -> list[list[str]]:
         ["--log", str(binary)], ["--log", str(CORPUS / "nvsmi" / "query_gpu_imbalance.csv")], ["--log", str(trace)],
         ["--nvidia-smi", str(trace)], ["--nvidia-smi", str(CORPUS / "nvsmi" / "noheader.csv")],
         ["--config", str(csv)], ["--error", str(tmp_path / "missing.txt")], ["--error", str(tmp_path)],
-        ["--error", str(CORPUS / "oom" / "not_oom_shape.txt")], [], ["--log", str(LOGS / "healthy.jsonl"), "--lang", "xx"],
+        ["--error", str(csv)], [], ["--log", str(LOGS / "healthy.jsonl"), "--lang", "xx"],
         ["no-such-model", "--log", str(LOGS / "healthy.jsonl")],
     ]
 
@@ -141,6 +142,15 @@ ZH_RUNS = [
      "--gpus", "8"],
     ["--log", str(LOGS / "gpu_healthy.csv"), *FSDP8],
     ["qwen2.5-0.5b"],
+    ["--nvidia-smi", str(CORPUS / "nvsmi" / "jupyter_on_job_gpu.txt")],
+    ["--nvidia-smi", str(CORPUS / "nvsmi" / "other_user_gpu0.txt")],
+    ["--error", str(CORPUS / "oom" / "ddp_siblings_gpu0.txt")],
+    ["--error", str(CORPUS / "oom" / "ddp_one_sibling_rank_prefix.txt")],
+    ["--error", str(CORPUS / "oom" / "private_pools_24.txt")],
+    ["--error", str(CORPUS / "oom" / "pinned_to_cpu_wsl2.txt")],
+    ["--error", str(CORPUS / "oom" / "adam_exp_avg_sq_no_frame.txt")],
+    ["--error", str(CORPUS / "tb" / "nccl_timeout.txt")],
+    ["--log", str(LOGS / "gpu_reserved_over_peak.csv")],
 ]
 
 

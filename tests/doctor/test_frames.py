@@ -76,3 +76,24 @@ def test_ipython_and_rank_prefixed_frames() -> None:
     text = "[rank3]:   File \"/x/torch/_tensor.py\", line 630, in backward\n[rank3]:     torch.autograd.backward(\n"
     w = where(parse_frames(text), text)
     assert w.phase == "backward" and w.rank == 3
+
+
+@pytest.mark.parametrize("text,phase", [
+    ("    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)\ntorch.OutOfMemoryError: CUDA out of memory.",
+     "optimizer_step"),
+    ("Loading checkpoint shards:  50%|#####     | 2/4 [00:12<00:12]\ntorch.OutOfMemoryError: CUDA out of memory.",
+     "model_load"),
+    ("Loading checkpoint shards: 100%|##########| 4/4 [00:24<00:00]\ntorch.OutOfMemoryError: CUDA out of memory.",
+     "unknown"),
+    ("    w_4bit, quant_state = bnb.functional.quantize_4bit(\nRuntimeError: CUDA out of memory.", "model_load"),
+    ("    out = F.dequantize_4bit(B, state)\nRuntimeError: CUDA out of memory.", "unknown"),
+])
+def test_phase_from_text_without_frames(text: str, phase: str) -> None:
+    w = where(parse_frames(text), text)
+    assert w.phase == phase and w.from_text == (phase != "unknown")
+
+
+def test_pinned_copy_is_a_copy_to_the_cpu_only() -> None:
+    from trainmem.doctor.frames import pinned_copy
+    assert pinned_copy('    x = h.to("cpu", non_blocking=True)\nRuntimeError: CUDA error: out of memory')
+    assert not pinned_copy('    x = h.to("cuda", non_blocking=True)\nRuntimeError: CUDA error: out of memory')

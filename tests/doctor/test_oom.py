@@ -99,3 +99,19 @@ def test_unallocated_form_round_trips(tried: int, total: int, alloc: int, unallo
         assert abs(got - want) <= 0.005 * _unit(want) + 1
     assert [p for p, _ in o.other_processes] == [p for p, _ in procs]
     assert (o.process_bytes is not None) == me
+
+
+def test_no_device_index_keeps_the_totals() -> None:
+    """Some 2.x builds print "GPU  has a total capacity" with no index (a public DDP traceback, verbatim)."""
+    o = parse_oom((CORPUS / "oom" / "gpu_no_index_ddp_sync.txt").read_text())
+    assert o.form == "unallocated" and o.device is None
+    assert (o.total_bytes, o.free_bytes) == (round(4.93 * GiB), round(137.69 * MiB))
+    assert (o.allocated_bytes, o.unallocated_bytes) == (round(4.14 * GiB), round(35.88 * MiB))
+
+
+@pytest.mark.parametrize("name,total,unalloc", [("cached_wrapped_80col.txt", 10.76, 5.54),
+                                                ("reserved_wrapped_80col.txt", 31.75, 30.12 - 29.18)])
+def test_old_form_wrapped_inside_words_keeps_its_totals(name: str, total: float, unalloc: float) -> None:
+    o = parse_oom((CORPUS / "oom" / name).read_text())
+    assert o.form in ("cached", "reserved") and o.total_bytes == round(total * GiB)
+    assert abs(o.unallocated_bytes - unalloc * GiB) <= 0.01 * GiB

@@ -14,7 +14,7 @@ from trainmem.doctor.fixes import EXPANDABLE
 from trainmem.doctor.frames import Where
 from trainmem.doctor.nvsmi import GPUMemory, GPUProcess, NvidiaSmi
 from trainmem.doctor.oom import OOMReport
-from trainmem.doctor.rules import RULES, diagnose
+from trainmem.doctor.rules import RULES, THRESHOLD, diagnose
 from trainmem.doctor.steplog import StepLog, StepRecord
 from trainmem.memory import estimate
 from trainmem.units import GiB, MiB
@@ -136,10 +136,59 @@ _SIZES = st.integers(0, 200 * GiB)
     ["model_load", "forward", "loss", "backward", "optimizer_step", "dataloader", "unknown"]), st.booleans())
 def test_any_oom_gives_ordered_findings(tried: int, total: int, free: int, alloc: int, unalloc: int, phase: str,
                                         in_eval: bool) -> None:
-    """Whatever the numbers: known causes, likelihoods in [0, 1], most likely first, never 'none' for an OOM."""
+    """Whatever the numbers: known causes, likelihoods in [0, 1], most likely first, never 'none' for an OOM, and
+    'undetermined' first exactly when no named cause reaches the threshold."""
     o = OOMReport(form="unallocated", era="torch ≥ 2.2", line="", tried_bytes=tried, total_bytes=total,
                   free_bytes=min(free, total), allocated_bytes=alloc, unallocated_bytes=unalloc)
     found = diagnose(Evidence(oom=o, where=Where(phase=phase, in_eval=in_eval, location="x.py:1 f")), None)
     assert all(f.cause in CAUSES and 0 <= f.likelihood <= 1 for f in found)
-    assert [f.likelihood for f in found] == sorted((f.likelihood for f in found), reverse=True)
+    named = [f for f in found if f.cause != "undetermined"]
+    assert [f.likelihood for f in named] == sorted((f.likelihood for f in named), reverse=True)
     assert "none" not in [f.cause for f in found]
+    assert (found[0].cause == "undetermined") == (not named or named[0].likelihood < THRESHOLD)
+
+
+def _oom(**kw: object) -> OOMReport:
+    base = dict(form="unallocated", era="torch ≥ 2.2", line="", tried_bytes=1 * GiB, device=0, total_bytes=80 * GiB,
+                free_bytes=300 * MiB, allocated_bytes=76 * GiB, unallocated_bytes=500 * MiB,
+                process_bytes=78 * GiB)
+    return OOMReport(**{**base, **kw})
+
+
+def test_one_sibling_rank_by_the_setups_rank_count_is_not_another_process() -> None:
+    """A single 900 MiB process on GPU 0 of a 2-GPU job: the count of context-sized processes is the ranks less one,
+    so it is the other rank's context — never "stop process" — while on a 1-GPU run it is another process."""
+    o = _oom(other_processes=((4242, 900 * MiB),))
+    ev = Evidence(oom=o, where=Where(phase="backward", location="graph.py:1 run_backward"))
+    found = diagnose(ev, _exp("llama-3.2-1b", gpus=2, micro_batch=4))
+    assert found[0].cause == "rank_imbalance"
+    assert not any(x.action.startswith("stop process") for f in found for x in f.fixes)
+    found = diagnose(ev, _exp("llama-3.2-1b", micro_batch=4))
+    assert found[0].cause == "other_process" and found[0].fixes[0].action == "stop process 4242 on GPU 0"
+
+
+def test_an_idle_gpu_is_not_a_rank_and_another_process_on_the_jobs_gpu_comes_first() -> None:
+    procs = (GPUProcess(0, 100, "python", 48 * GiB), GPUProcess(0, 200, "jupyter-lab", 21 * GiB))
+    smi = NvidiaSmi(gpus=(GPUMemory(0, "A100", 70 * GiB, 80 * GiB), GPUMemory(1, "A100", 1 * GiB, 80 * GiB)),
+                    processes=procs, form="table")
+    assert [f.cause for f in diagnose(Evidence(nvsmi=smi), None)] == ["other_process"]
+    smi = NvidiaSmi(gpus=smi.gpus, processes=procs[:1], form="table")
+    assert [f.cause for f in diagnose(Evidence(nvsmi=smi), None)] == ["none"]
+
+
+def test_reserved_between_steps_is_not_fragmentation_but_reserved_over_the_peak_is() -> None:
+    """Between steps the cache holds the freed activations (reserved − allocated 30 GiB): no finding without the
+    peak column; with it, reserved 30 GiB above the step's peak is fragmentation."""
+    recs = tuple(StepRecord(step=i, allocated_bytes=12 * GiB, reserved_bytes=42 * GiB) for i in range(60))
+    assert [f.cause for f in diagnose(Evidence(log=StepLog(records=recs, ranks=(0,))), None)] == ["none"]
+    recs = tuple(StepRecord(step=i, allocated_bytes=12 * GiB, reserved_bytes=72 * GiB, peak_allocated_bytes=42 * GiB)
+                 for i in range(60))
+    f = diagnose(Evidence(log=StepLog(records=recs, ranks=(0,))), None)[0]
+    assert f.cause == "fragmentation" and f.observed_bytes == 30 * GiB
+
+
+def test_undetermined_names_what_would_decide() -> None:
+    f = diagnose(Evidence(oom=_oom(), where=Where(phase="unknown")), None)[0]
+    assert f.cause == "undetermined" and f.fixes == ()
+    assert any("--log" in s for s in f.evidence) and any("--snapshot" in s for s in f.evidence)
+    assert any("MODEL" in s for s in f.evidence)

@@ -28,7 +28,9 @@ __all__ = ["CAUSES", "Evidence", "Expected", "Fix", "Finding", "capacity_bytes",
 
 CAUSES = ("static_overflow", "activation_overflow", "leak", "fragmentation", "duplicate_fp32_copy",
           "eval_without_no_grad", "rank_imbalance", "dataloader_memory", "other_process", "offload_bottleneck",
-          "none")
+          "host_pinned_memory", "undetermined", "none")
+"""``undetermined``: something failed but no cause reaches :data:`trainmem.doctor.rules.THRESHOLD`; ``none``:
+nothing failed and no rule matched."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +43,12 @@ class Evidence:
     log: StepLog | None = None
     snapshot: SnapshotSummary | None = None
     config_kind: str = ""
+    other_error: str = ""
+    """``--error`` held a traceback whose error is not an out-of-memory one: its last exception line."""
 
     @property
     def given(self) -> tuple[str, ...]:
-        return tuple(k for k, v in (("error", self.oom), ("nvidia-smi", self.nvsmi), ("log", self.log),
+        return tuple(k for k, v in (("error", self.oom or self.other_error or None), ("nvidia-smi", self.nvsmi), ("log", self.log),
                                     ("snapshot", self.snapshot), ("config", self.config_kind or None)) if v is not None)
 
 
@@ -105,7 +109,8 @@ class Finding:
         tr = translate or (lambda s: s)
         return {"cause": self.cause, "evidence": sep.join(tr(s) for s in self.evidence),
                 "expected_bytes": self.expected_bytes, "observed_bytes": self.observed_bytes,
-                "fixes": [{**f.to_dict(), "action": tr(f.action)} for f in self.fixes]}
+                "fixes": [{**f.to_dict(), "action": tr(f.action)} for f in self.fixes],
+                "likelihood": round(float(self.likelihood), 3)}
 
 
 def capacity_bytes(ev: Evidence, exp: Expected | None) -> int | None:

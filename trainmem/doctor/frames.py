@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Frame", "Where", "PHASES", "parse_frames", "where", "oom_frames", "frame_phase", "is_eval_func"]
+__all__ = ["Frame", "Where", "PHASES", "parse_frames", "where", "oom_frames", "frame_phase", "is_eval_func",
+           "text_phase", "pinned_copy"]
 
 PHASES = ("model_load", "forward", "loss", "backward", "optimizer_step", "dataloader", "unknown")
 
@@ -73,6 +74,14 @@ class Where:
     """A gradient-free decorator or a known no-grad evaluation loop is on the stack."""
     rank: int | None = None
     frames: int = 0
+    world_seen: int | None = None
+    """The number of ranks the text shows: 1 + the largest ``[rankN]:`` prefix (None: no prefix)."""
+    from_text: bool = False
+    """The phase was read from a code line or a progress bar, no frame decided (:func:`text_phase`)."""
+    pinned: str = ""
+    """The code line of a copy into pinned host memory before the error (:func:`pinned_copy`), or ""."""
+    wsl: bool = False
+    """The text shows a WSL2 machine (its kernel name or its ``/usr/lib/wsl`` driver path)."""
 
 
 def _code_after(lines: list[str], i: int) -> str:
@@ -156,6 +165,10 @@ def _framework_phase(p: str, fn: str) -> str | None:
     if (p.endswith("torch/nn/functional.py") and fn in _LOSS_FUNCS) or "transformers/loss/" in p \
             or p.endswith("torch/nn/modules/loss.py") or "liger_kernel" in p:
         return "loss"
+    if ("bitsandbytes/functional.py" in p and fn.startswith("quantize")) or ("bitsandbytes/nn/modules.py" in p and fn in (
+            "_quantize", "cuda", "to", "from_prequantized")) or ("torch/nn/parallel/distributed.py" in p and fn == "__init__") \
+            or ("torch/distributed/utils.py" in p and fn.startswith("_sync")):
+        return "model_load"  # 4-bit quantization on the way to the GPU; DDP's broadcast of the module states
     if (p.endswith("torch/nn/modules/module.py") and fn in _LOAD_MODULE_FUNCS) or p.endswith("torch/serialization.py") \
             or (p.endswith("transformers/modeling_utils.py") and ("load" in fn or fn == "from_pretrained")) \
             or p.endswith("accelerate/utils/modeling.py") or "safetensors" in p \
@@ -220,6 +233,66 @@ def _rank(text: str) -> int | None:
     return ranks.pop() if len(ranks) == 1 else None
 
 
+def _world_seen(text: str) -> int | None:
+    ranks = [int(r) for r in re.findall(r"\[rank(\d+)\]:", text)]
+    return max(ranks) + 1 if ranks else None
+
+
+_OOM_LINE = re.compile(r"out of memory|OutOfMemoryError|_ALLOC_FAILED", re.I)
+_TEXT_MARKS = (
+    ("optimizer_step", re.compile(r"\b(?:max_)?exp_avg(?:_sq)?s?\b.*\b(?:mul_|add_|addcmul_|lerp_|sqrt|zeros_like)|"
+                                  r"\b_foreach_(?:mul|add|addcmul|addcdiv|lerp|sqrt|div)_?\(|"
+                                  r"\b(?:optimizer|optim|opt|scaler)\.step\(")),
+    ("backward", re.compile(r"\.backward\(")),
+    ("model_load", re.compile(r"\bquantize_4bit\b|\bParams4bit\b|\bfrom_pretrained\(|\bload_state_dict\(|"
+                              r"\btorch\.load\(")),
+)
+_SHARDS = re.compile(r"Loading checkpoint shards:\s*\d+%.*?\|\s*(\d+)/(\d+)")
+
+
+_PINNED = re.compile(r"""\.(?:to|cpu)\((?:[^()]|\([^()]*\))*non_blocking\s*=\s*True""")
+_PIN_CALL = re.compile(r"\.pin_memory\(\)|cudaHostAlloc|CachingHostAllocator")
+_CPU_TARGET = re.compile(r"""["']cpu["']|\.cpu\(|device\(["']cpu""")
+_WSL = re.compile(r"microsoft-standard-WSL2|/usr/lib/wsl/|\bWSL ?2\b", re.I)
+
+
+def pinned_copy(text: str) -> str:
+    """The code line, among the 60 before the error, that copies into pinned host memory: ``.to("cpu",
+    non_blocking=True)`` (or ``.cpu(non_blocking=True)``), a ``.pin_memory()`` outside the DataLoader, or the
+    host allocator's own name; "" when there is none. (A ``non_blocking`` copy *to* the GPU allocates on the GPU.)"""
+    m = _OOM_LINE.search(text)
+    head = (text[:m.start()] if m else text).splitlines()[-60:]
+    for ln in reversed(head):
+        code = re.sub(_PREFIX, "", ln).strip()
+        if (_PINNED.search(code) and _CPU_TARGET.search(code)) or (_PIN_CALL.search(code)
+                                                                   and "torch/utils/data" not in code):
+            return code[:80]
+    return ""
+
+
+def text_phase(text: str) -> tuple[str, str] | None:
+    """(phase, the line that shows it) from the 60 lines before the out-of-memory line, when no frame decides:
+    an Adam update's source line (``exp_avg_sq.mul_(beta2).addcmul_(...)``) or ``optimizer.step(`` → optimizer
+    step; ``.backward(`` → backward; bitsandbytes' ``quantize_4bit`` / ``Params4bit``, ``from_pretrained(``,
+    ``load_state_dict(``, ``torch.load(`` → model load, as is a "Loading checkpoint shards" progress bar that did
+    not reach its last shard (one that did says loading had finished). The marker nearest the error decides."""
+    m = _OOM_LINE.search(text)
+    head = (text[:m.start()] if m else text).splitlines()[-60:]
+    best: tuple[int, str, str] | None = None
+    for i, ln in enumerate(head):
+        for phase, rx in _TEXT_MARKS:
+            if rx.search(ln):
+                best = (i, phase, ln.strip())
+        for sm in _SHARDS.finditer(ln):
+            if int(sm.group(1)) < int(sm.group(2)):
+                best = (i, "model_load", "Loading checkpoint shards " + f"{sm.group(1)}/{sm.group(2)}")
+            elif best is not None and best[1] == "model_load" and best[2].startswith("Loading checkpoint shards"):
+                best = None  # the last shard loaded: loading is over
+    if best is None:
+        return None
+    return best[1], re.sub(_PREFIX, "", best[2]).strip()[:80]
+
+
 def where(frames: list[Frame], text: str = "") -> Where:
     """The phase (and module, for a forward) of the innermost deciding frame of ``frames`` (outermost first)."""
     phase, at = "unknown", None
@@ -240,5 +313,12 @@ def where(frames: list[Frame], text: str = "") -> Where:
         # a forward inside a loss helper, an optimizer closure or a loader: the forward is where it ran
     in_eval = any(_EVAL.match(_func(f)) for f in frames)
     module = _module_path(frames) if phase in ("forward", "loss", "backward") else ""
-    return Where(phase=phase, module=module, location=at.short if at else "", in_eval=in_eval,
-                 no_grad=any(_no_grad_frame(f) for f in frames), rank=_rank(text), frames=len(frames))
+    location, from_text = (at.short if at else ""), False
+    if phase == "unknown" and text:
+        hit = text_phase(text)
+        if hit is not None:
+            (phase, location), from_text = hit, True
+    return Where(phase=phase, module=module, location=location, in_eval=in_eval,
+                 no_grad=any(_no_grad_frame(f) for f in frames), rank=_rank(text), frames=len(frames),
+                 world_seen=_world_seen(text), from_text=from_text, pinned=pinned_copy(text) if text else "",
+                 wsl=bool(_WSL.search(text)) if text else False)

@@ -39,13 +39,27 @@ _S = r"(\d+(?:\.\d+)?) ?(bytes|B|KiB|MiB|GiB|TiB)"
 _OLD = re.compile(
     rf"Tried to allocate {_S} \(GPU (\d+); {_S} total capacity; {_S} already allocated; {_S} free;"
     rf"(?: {_S} allowed;)? {_S} (reserved in total by PyTorch|cached)\)", re.I)
-_NEW = re.compile(
-    rf"Tried to allocate {_S}\. GPU (\d+) has a total capac(?:i)?ty of {_S} of which {_S} is free\.(.*?)"
-    rf"Of the allocated memory {_S} is allocated by PyTorch, (?:with {_S} allocated in private pools "
-    rf"\(e\.g\., CUDA Graphs\), )?and {_S} is reserved by PyTorch but unallocated", re.I)
-_PROC = re.compile(rf"Process (\d+) has {_S} memory in use", re.I)
-_SELF = re.compile(rf"Including non-PyTorch memory, this process has {_S} memory in use", re.I)
-_ALLOWED = re.compile(rf"{_S} allowed;", re.I)
+_NEW_SRC = (rf"Tried to allocate {_S}\. GPU ?(\d*) has a total capac(?:i)?ty of {_S} of which {_S} is free\.(.*?)"
+            rf"Of the allocated memory {_S} is allocated by PyTorch, (?:with {_S} allocated in private pools "
+            rf"\(e\.g\., CUDA Graphs\), )?and {_S} is reserved by PyTorch but unallocated")
+# ``GPU ?(\d*)``: some 2.x builds print no device index ("GPU  has a total capacity", two spaces).
+_OLD_SRC = _OLD.pattern
+_PROC_SRC = rf"Process (\d+) has {_S} memory in use"
+_SELF_SRC = rf"Including non-PyTorch memory, this process has {_S} memory in use"
+_ALLOWED_SRC = rf"{_S} allowed;"
+
+
+def _squeezed(src: str) -> re.Pattern:
+    """``src`` matched against text with every whitespace removed (a message hard-wrapped inside a word)."""
+    return re.compile(src.replace(" ?", "").replace(" ", ""), re.I)
+
+
+_NEW = re.compile(_NEW_SRC, re.I)
+_PROC = re.compile(_PROC_SRC, re.I)
+_SELF = re.compile(_SELF_SRC, re.I)
+_ALLOWED = re.compile(_ALLOWED_SRC, re.I)
+_SQ = {"new": _squeezed(_NEW_SRC), "old": _squeezed(_OLD_SRC), "proc": _squeezed(_PROC_SRC),
+       "self": _squeezed(_SELF_SRC), "allowed": _squeezed(_ALLOWED_SRC)}
 _TRIED = re.compile(rf"Tried to allocate {_S}(?:\.? ?(?:GPU|\(GPU) (\d+))?", re.I)
 _DRIVER = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|"
                      r"cuda runtime error \(2\) : out of memory|Cuda failure 'out of memory'", re.I)
@@ -134,14 +148,15 @@ def _parse_old(flat: str, m: re.Match) -> OOMReport:
                      free_bytes=_size(m, 8), allowed_bytes=_size(m, 10), unallocated_bytes=unalloc)
 
 
-def _parse_new(flat: str, m: re.Match) -> OOMReport:
+def _parse_new(flat: str, m: re.Match, squeezed: bool = False) -> OOMReport:
     middle = m.group(8) or ""
-    others = tuple((int(p.group(1)), parse_size_bytes_c10(p.group(2), p.group(3))) for p in _PROC.finditer(middle))
-    me = _SELF.search(middle)
-    allowed = _ALLOWED.search(middle)
+    proc, me_rx, allowed_rx = (_SQ["proc"], _SQ["self"], _SQ["allowed"]) if squeezed else (_PROC, _SELF, _ALLOWED)
+    others = tuple((int(p.group(1)), parse_size_bytes_c10(p.group(2), p.group(3))) for p in proc.finditer(middle))
+    me = me_rx.search(middle)
+    allowed = allowed_rx.search(middle)
     return OOMReport(
         form="unallocated", era=_era(flat, "unallocated"), line=flat[:600], tried_bytes=_size(m, 1),
-        device=int(m.group(3)), total_bytes=_size(m, 4), free_bytes=_size(m, 6), allocated_bytes=_size(m, 9),
+        device=int(m.group(3)) if m.group(3) else None, total_bytes=_size(m, 4), free_bytes=_size(m, 6), allocated_bytes=_size(m, 9),
         private_pool_bytes=_size(m, 11), unallocated_bytes=_size(m, 13),
         allowed_bytes=None if allowed is None else parse_size_bytes_c10(allowed.group(1), allowed.group(2)),
         process_bytes=None if me is None else parse_size_bytes_c10(me.group(1), me.group(2)),
@@ -169,6 +184,13 @@ def parse_oom(text: str) -> OOMReport | None:
     if m:
         return _parse_new(flat, m)
     m = _OLD.search(flat)
+    if m:
+        return _parse_old(flat, m)
+    tight = re.sub(r"\s+", "", flat)  # hard-wrapped inside a word ("total capa\ncity"): match without whitespace
+    m = _SQ["new"].search(tight)
+    if m:
+        return _parse_new(flat, m, squeezed=True)
+    m = _SQ["old"].search(tight)
     if m:
         return _parse_old(flat, m)
     m = _TRIED.search(flat)

@@ -1,7 +1,8 @@
 """The doctor's report: the ``--json`` object (the contract) and the plain-text report, in English or Chinese.
 
 JSON: ``{"findings": [{"cause", "evidence", "expected_bytes", "observed_bytes", "fixes": [{"action",
-"saves_bytes", "slowdown_pct"}]}]}``, most likely first; with ``--lang zh`` the evidence and the actions are in
+"saves_bytes", "slowdown_pct"}], "likelihood"}]}``, most likely first (``undetermined`` first when no cause
+reaches the threshold, :data:`trainmem.doctor.rules.THRESHOLD`); with ``--lang zh`` the evidence and the actions are in
 Chinese (the cause IDs never change).
 """
 
@@ -24,6 +25,8 @@ CAUSE_TITLES = {
     "dataloader_memory": "the data loader holds GPU memory",
     "other_process": "other processes hold GPU memory",
     "offload_bottleneck": "slow but stable: offload or ZeRO-3 communication",
+    "host_pinned_memory": "pinned (page-locked) host memory ran out, not the GPU's",
+    "undetermined": "cannot tell: no cause reaches the threshold",
     "none": "no problem found",
 }
 

@@ -3,21 +3,33 @@
 Each rule covers a row of the seed article's OOM checklist (§5.2) or a cause practitioners report, and writes
 its evidence as sentences that put the observed bytes next to the expected ones (GiB = 2^30 B).
 
-**Likelihood.** Each finding carries a likelihood in [0, 1], set by the kind of evidence, and findings are
-listed most likely first (ties: more bytes observed first):
+**Likelihood.** Each finding carries a likelihood in [0, 1] (``likelihood`` in the JSON), set by how directly
+the evidence shows the cause, and findings are listed most likely first (ties: more bytes observed first):
 
-* 0.85–0.97 — direct evidence: the traceback's phase names the cause (an OOM while loading the model, in a
-  DataLoader thread), a statistical test (the leak's Mann–Kendall p < 1e-3), processes of other ranks named by
-  PID on one GPU, a request larger than the whole GPU;
-* 0.55–0.9 — a quantitative signature, scaled by how much of the observation it explains: reserved-but-
-  unallocated bytes that cover the request (more, the larger they are against what is allocated), a baseline
-  that exceeds the estimate by 2 or 4 B per parameter (closer, likelier), another process whose memory would
-  have made room;
-* 0.4–0.75 — circumstantial: the estimate predicts the overflow with no observation of it, an OOM in a forward
-  the estimate says fits, evaluation frames without ``no_grad`` on the stack, a perf model that puts a large
-  share of the step in offload traffic.
+* 0.8–0.97 — shown directly: another process on the job's GPU (nvidia-smi, or named by PID in the OOM message
+  with the memory that would have made room), the traceback's phase naming the cause (an OOM while loading the
+  model, in a DataLoader thread, a device→host pinned copy), a statistical test (the leak's Mann–Kendall
+  p < 1e-3), the job's other ranks' contexts on one GPU, a request larger than the whole GPU, reserved-but-
+  unallocated bytes that could have served the request (more, the larger they are against what is allocated);
+* 0.6–0.8 — a quantitative signature: a baseline that exceeds the estimate by 2 or 4 B per parameter (closer,
+  likelier), reserved above the step's *peak* allocated in a per-step log, a snapshot's free blocks that cannot
+  serve its request, an OOM in a forward or backward with no estimate to say otherwise, the estimate predicting
+  the overflow;
+* below :data:`THRESHOLD` (0.6) — circumstantial: an OOM with no phase, an OOM in a forward the estimate says
+  fits, memory used outside the allocator with no process named, a pipeline's stage spread.
 
-``none`` is returned alone when no rule fires, with what was checked.
+When something failed (an OOM) and no cause reaches :data:`THRESHOLD`, the first finding is ``undetermined``: it
+names the candidates with their likelihoods and the evidence that would decide (``--log``, ``--snapshot``,
+``--nvidia-smi``, the whole traceback, MODEL and its setup flags); the candidates follow it. ``none`` is returned
+alone when no rule fires, with what was checked.
+
+**The job's own processes.** A process is one of the job's ranks (never "another process", never "stop process")
+when nvidia-smi shows it as the largest process of another GPU the job runs on, when it is one of two or more
+equal, context-sized (≤ 2 GiB) processes of the job's program on one GPU (pytorch/pytorch#49481), or when the
+context-sized processes an OOM message lists number the job's ranks less one (the ranks: ``--gpus``, the
+``--log`` ranks, the traceback's ``[rankN]:`` prefixes, the GPUs nvidia-smi shows running the job). The GPUs that
+run the job are those whose largest process is the job's program (the program holding the most memory), or,
+with no process list, those using ≥ 10 % of their memory (an idle GPU with a CUDA context is not a rank).
 """
 
 from __future__ import annotations
@@ -31,8 +43,14 @@ from trainmem.doctor.leak import leak_test
 from trainmem.memory.overhead import CUDA_CONTEXT_BYTES
 from trainmem.units import GiB, MiB, fmt_bytes
 
-__all__ = ["RULES", "diagnose", "LEAK_ACTION", "DUPLICATE_ACTION", "EVAL_ACTION", "DATALOADER_ACTION",
-           "SET_DEVICE_ACTION"]
+__all__ = ["RULES", "diagnose", "THRESHOLD", "LEAK_ACTION", "DUPLICATE_ACTION", "EVAL_ACTION", "DATALOADER_ACTION",
+           "SET_DEVICE_ACTION", "PINNED_ACTION", "job_gpus", "world_size"]
+
+THRESHOLD = 0.6
+"""The likelihood a cause must reach to be named first; below it the doctor says ``undetermined``."""
+CONTEXT_MAX_BYTES = 2 * GiB
+"""The most a process holding only a CUDA context (and NCCL's buffers) uses: 0.3–1 GiB per context in
+pytorch/pytorch#49481 and #64130; a process above it is doing work of its own."""
 
 LEAK_ACTION = "keep no tensors across steps: log loss.item(), store .detach().cpu() copies, keep metrics on the CPU"
 DUPLICATE_ACTION = ("free the duplicate weights: load in the training dtype (torch_dtype=torch.bfloat16) and del "
@@ -42,6 +60,8 @@ DATALOADER_ACTION = ("move batches to the GPU in the main process (pin_memory=Tr
                      "no CUDA in DataLoader workers or collate_fn")
 SET_DEVICE_ACTION = ("call torch.cuda.set_device(local_rank) before any CUDA work; torch.load(..., "
                      "map_location='cpu')")
+PINNED_ACTION = ("copy to the CPU without non_blocking=True (or in smaller pieces), set pin_memory=False in the "
+                 "DataLoader; under WSL2 pinned memory is capped: raise memory= in .wslconfig")
 
 g = fmt_bytes
 
@@ -102,9 +122,13 @@ def static_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     at_opt = w is not None and w.phase == "optimizer_step"
     too_big = e is not None and cap is not None and e.static_bytes > _usable(cap, exp)
     opt_peak = e is not None and cap is not None and e.peak_phase == "optimizer step" and e.peak_allocated_bytes > cap
-    if not (at_load or too_big or (at_opt and (e is None or opt_peak))):
+    no_phase_opt = opt_peak and ev.oom is not None and (w is None or w.phase == "unknown")
+    if not (at_load or too_big or (at_opt and (e is None or opt_peak)) or no_phase_opt):
         return None
     sentences = [s for s in (_where_sentence(ev), *_oom_sentences(ev)) if s]
+    if no_phase_opt and not too_big:
+        sentences.append(f"the estimate peaks in the optimizer step at {g(e.peak_allocated_bytes)}, over the "
+                         f"{g(cap)} GPU: the model states and the update's temporaries overflow, not the activations")
     if e is not None:
         sentences.append(f"estimate: model states (parameters, gradients, optimizer states) {g(e.static_bytes)} "
                          f"between steps against {g(_usable(cap, exp))} usable" if cap else
@@ -115,7 +139,9 @@ def static_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     else:
         sentences.append("no estimate: give MODEL and its flags to size the model states")
     like = 0.95 if (at_load and (too_big or e is None)) else 0.8 if at_load else 0.9 if (too_big and ev.oom) else \
-        0.7
+        0.85 if (at_opt and opt_peak) else 0.7
+    if w is not None and w.from_text and like > 0.75:
+        like = 0.75  # the phase read from a code line, not from a frame
     fixes = _fixes(exp, static_only=True)
     if exp is not None and not fixes:
         sentences.append(f"no sharding or offload option applies to the {exp.setup.engine} engine on "
@@ -134,8 +160,10 @@ def activation_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     w, o, cap, e = ev.where, ev.oom, capacity_bytes(ev, exp), (exp.estimate if exp else None)
     dyn = w is not None and w.phase in ("forward", "loss", "backward")
     shape_bug = o is not None and o.tried_bytes is not None and o.tried_bytes > (cap or _max_gpu_bytes())
-    pred = e is not None and cap is not None and e.static_bytes <= _usable(cap, exp) < e.peak_reserved_bytes
-    unexplained = o is not None and (w is None or w.phase == "unknown")
+    ran = ev.log is not None and not ev.log.ooms and o is None  # a log of steps that ran, no OOM: not predicted
+    pred = e is not None and cap is not None and e.static_bytes <= _usable(cap, exp) < e.peak_reserved_bytes \
+        and e.peak_phase != "optimizer step" and not ran  # an optimizer-step peak is static_overflow's
+    unexplained = o is not None and (w is None or (w.phase == "unknown" and not w.pinned))
     if not (dyn or shape_bug or pred or unexplained):
         return None
     sentences = [s for s in (_where_sentence(ev), *_oom_sentences(ev)) if s]
@@ -153,8 +181,8 @@ def activation_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     if unexplained and not dyn:
         sentences += _unexplained_sentences(o, cap)
     full = o is not None and o.allocated_bytes is not None and cap is not None and o.allocated_bytes >= 0.8 * cap
-    like = 0.9 if (dyn and pred) else 0.75 if (dyn and e is None) else 0.7 if pred else \
-        0.5 if static_big else 0.55 if (dyn or full) else 0.45
+    like = 0.9 if (dyn and pred) else 0.7 if (dyn and e is None) else 0.7 if pred else \
+        0.5 if static_big else 0.5 if (dyn or full) else 0.4
     return Finding("activation_overflow", tuple(sentences), e.peak_allocated_bytes if e else None,
                    _needed(ev) or observed_peak(ev), _fixes(exp), like)
 
@@ -202,42 +230,59 @@ def leak(ev: Evidence, exp: Expected | None) -> Finding | None:
 
 
 def _frag_from_oom(ev: Evidence, cap: int | None) -> tuple[float, int, str] | None:
+    """Reserved but unallocated ≥ the request: the allocator had the bytes (after releasing its free segments,
+    CUDACachingAllocator.cpp ``release_cached_blocks`` before raising) but in no block that could serve it."""
     o = ev.oom
     if o is None or o.unallocated_bytes is None or o.tried_bytes is None or o.unallocated_bytes < 64 * MiB:
         return None
     u, t = o.unallocated_bytes, o.tried_bytes
-    if u >= t:
-        like = 0.4 + 0.55 * min(1.0, u / max(1, 0.25 * (o.allocated_bytes or u)))
-        return like, u, (f"{g(u)} reserved but unallocated ≥ the {g(t)} requested: the cache held the bytes, not in "
-                         "one block")
-    if cap and u >= 0.1 * cap:
-        return 0.5, u, f"{g(u)} reserved but unallocated, {u / cap:.0%} of the GPU"
-    return None
+    if u < t:
+        return None  # even as one block it could not have served the request: not the cause
+    like = 0.4 + 0.55 * min(1.0, u / max(1, 0.25 * (o.allocated_bytes or u)))
+    return like, u, (f"{g(u)} reserved but unallocated ≥ the {g(t)} requested: the cache held the bytes, not in "
+                     "one block")
+
+
+def _request(ev: Evidence) -> int | None:
+    s = ev.snapshot
+    if s is not None and s.oom_request_bytes is not None:
+        return s.oom_request_bytes
+    return ev.oom.tried_bytes if ev.oom is not None else None
 
 
 def _frag_from_snapshot(ev: Evidence) -> tuple[float, int, str] | None:
-    s = ev.snapshot
-    if s is None or s.stranded_bytes < max(256 * MiB, 0.1 * s.reserved_bytes):
+    """Free blocks in partly used segments that add up to the request, none large enough to serve it. Without a
+    request (no OOM in the trace or the message) free cached blocks are the cache doing its work."""
+    s, req = ev.snapshot, _request(ev)
+    if s is None or req is None or s.stranded_bytes < max(256 * MiB, 0.1 * s.reserved_bytes):
         return None
-    req = s.oom_request_bytes
-    blocked = req is not None and s.largest_inactive_bytes < req <= s.stranded_bytes
-    return (0.85 if blocked else 0.6), s.stranded_bytes, (
+    if not s.largest_inactive_bytes < req <= s.stranded_bytes:
+        return None
+    return 0.85, s.stranded_bytes, (
         f"snapshot: {g(s.stranded_bytes)} free inside partly used segments of {g(s.reserved_bytes)} reserved; "
-        f"largest free block {g(s.largest_inactive_bytes)}")
+        f"largest free block {g(s.largest_inactive_bytes)}, smaller than the {g(req)} requested")
 
 
 def _frag_from_log(ev: Evidence, exp: Expected | None, cap: int | None) -> tuple[float, int, str] | None:
+    """Reserved above the step's peak allocated (the monitor's ``peak_allocated_bytes``): bytes the cache held
+    that the step never used at once. Reserved − allocated *between* steps is the cache holding the freed
+    activations, normal for every run, and is not evidence: a log without the peak column says nothing here."""
     if ev.log is None:
         return None
-    gaps = [(r.peak_reserved_bytes or r.reserved_bytes or 0) - (r.peak_allocated_bytes or r.allocated_bytes)
-            for r in ev.log.records if (r.peak_reserved_bytes or r.reserved_bytes)]
+    gaps = [(r.peak_reserved_bytes or r.reserved_bytes or 0) - r.peak_allocated_bytes
+            for r in ev.log.records if (r.peak_reserved_bytes or r.reserved_bytes) and r.peak_allocated_bytes]
     if not gaps:
         return None
     o = int(median(sorted(gaps)[len(gaps) // 2:]))  # the upper half: the steps where the cache is widest
-    e = exp.estimate.peak_reserved_bytes - exp.estimate.peak_allocated_bytes if exp else 0
-    if o - e < max(1 * GiB, 0.1 * (cap or 0)):
+    if exp is not None:
+        e = exp.estimate.peak_reserved_bytes - exp.estimate.peak_allocated_bytes
+        floor = max(1 * GiB, 0.1 * (cap or 0))
+    else:  # no estimate of the slack: healthy runs keep ~10 % of the peak (the estimate's own figure); ask 25 %
+        e = 0
+        floor = max(1 * GiB, 0.25 * median(r.peak_allocated_bytes for r in ev.log.records if r.peak_allocated_bytes))
+    if o - e < floor:
         return None
-    return 0.6, o, f"per-step log: reserved − allocated reaches {g(o)} (estimate {g(e)})"
+    return 0.65, o, f"per-step log: reserved exceeds the step's peak allocated by {g(o)} (estimate {g(e)})"
 
 
 def fragmentation(ev: Evidence, exp: Expected | None) -> Finding | None:
@@ -337,35 +382,112 @@ def dataloader_memory(ev: Evidence, exp: Expected | None) -> Finding | None:
     return None
 
 
+def _job_name(smi) -> str | None:  # noqa: ANN001 - NvidiaSmi
+    """The job's program: the process name holding the most memory over all GPUs."""
+    by: dict[str, int] = {}
+    for p in smi.processes:
+        by[p.name] = by.get(p.name, 0) + p.used_bytes
+    return max(by, key=by.get) if by and max(by.values()) > 0 else None
+
+
+def _main_procs(ev: Evidence) -> dict[int, object]:
+    """GPU → the job's process on it (its largest, when that is the job's program)."""
+    smi = ev.nvsmi
+    if smi is None:
+        return {}
+    name = _job_name(smi)
+    out = {}
+    for gi in sorted({p.gpu for p in smi.processes if p.gpu is not None}):
+        top = max(smi.on_gpu(gi), key=lambda p: p.used_bytes)
+        if top.name == name and top.used_bytes > 0:
+            out[gi] = top
+    return out
+
+
+def job_gpus(ev: Evidence) -> set[int]:
+    """The GPUs nvidia-smi shows running the job (see the module docstring), plus the OOM's device."""
+    smi = ev.nvsmi
+    out: set[int] = set()
+    if smi is not None:
+        if any(p.gpu is not None for p in smi.processes):
+            out = set(_main_procs(ev))
+        else:
+            out = {x.index for x in smi.gpus if x.used_bytes >= 0.1 * x.total_bytes}
+    if ev.oom is not None and ev.oom.device is not None and (smi is None or out):
+        out.add(ev.oom.device)
+    return out
+
+
+def world_size(ev: Evidence, exp: Expected | None) -> int | None:
+    """The job's number of ranks, from the most direct source: ``--log`` ranks, the traceback's ``[rankN]:``
+    prefixes, nvidia-smi's GPUs running the job, the setup's ``--gpus``; None when nothing says (or 1)."""
+    cands = []
+    if ev.log is not None and len(ev.log.ranks) > 1:
+        cands.append(len(ev.log.ranks))
+    if ev.where is not None and ev.where.world_seen:
+        cands.append(ev.where.world_seen)
+    if ev.nvsmi is not None and len(_main_procs(ev)) > 1:
+        cands.append(len(_main_procs(ev)))
+    if exp is not None and exp.setup.gpus > 1:
+        cands.append(exp.setup.gpus)
+    return cands[0] if cands else None
+
+
 def _foreign_contexts(ev: Evidence) -> list[tuple[int, list]]:
-    """(gpu, processes) where processes that are the main process of another GPU sit (other ranks' contexts)."""
+    """(gpu, processes) where processes that are the job's process of another GPU sit (other ranks' contexts)."""
     smi = ev.nvsmi
     if smi is None:
         return []
-    gpus = sorted({p.gpu for p in smi.processes if p.gpu is not None})
-    main = {gi: max(smi.on_gpu(gi), key=lambda p: p.used_bytes).pid for gi in gpus}
+    main = _main_procs(ev)
+    pids = {p.pid for p in main.values()}
     out = []
-    for gi in gpus:
-        foreign = [p for p in smi.on_gpu(gi) if p.pid != main[gi] and p.pid in main.values() and p.used_bytes > 0]
+    for gi, top in main.items():
+        foreign = [p for p in smi.on_gpu(gi) if p.pid != top.pid and p.pid in pids and p.used_bytes > 0]
         if sum(p.used_bytes for p in foreign) >= 256 * MiB:
             out.append((gi, foreign))
     return out
 
 
-def _sibling_contexts(ev: Evidence) -> list[tuple[int, list]]:
-    """(gpu, processes): two or more small, equal processes of the main process's program on one GPU —
-    CUDA contexts that other ranks (or DataLoader workers) made on it (pytorch/pytorch#49481)."""
+def _equal_contexts(sizes: list[int]) -> bool:
+    """Two or more context-sized processes of one size (±10 %): CUDA contexts of one program."""
+    return len(sizes) >= 2 and 0 < max(sizes) <= CONTEXT_MAX_BYTES and max(sizes) <= 1.1 * min(sizes)
+
+
+def _sibling_contexts(ev: Evidence, exp: Expected | None) -> list[tuple[int, list]]:
+    """(gpu, processes): context-sized processes of the job's program on one of its GPUs that are equal (two or
+    more) or number the job's ranks less one — CUDA contexts that other ranks (or DataLoader workers) made on it
+    (pytorch/pytorch#49481)."""
     smi = ev.nvsmi
     if smi is None:
         return []
+    world = world_size(ev, exp)
     out = []
-    for gi in sorted({p.gpu for p in smi.processes if p.gpu is not None}):
-        procs = sorted(smi.on_gpu(gi), key=lambda p: -p.used_bytes)
-        sibs = [p for p in procs[1:] if p.name == procs[0].name and 0 < p.used_bytes <= 2 * GiB]
-        if len(sibs) >= 2 and max(p.used_bytes for p in sibs) <= 1.1 * min(p.used_bytes for p in sibs) \
-                and sum(p.used_bytes for p in sibs) >= 256 * MiB:
+    for gi, top in _main_procs(ev).items():
+        sibs = [p for p in smi.on_gpu(gi) if p.pid != top.pid and p.name == top.name
+                and 0 < p.used_bytes <= CONTEXT_MAX_BYTES]
+        sizes = [p.used_bytes for p in sibs]
+        if sibs and (_equal_contexts(sizes) or (world is not None and len(sibs) == world - 1)) \
+                and sum(sizes) >= 256 * MiB:
             out.append((gi, sibs))
     return out
+
+
+def _oom_siblings(ev: Evidence, exp: Expected | None) -> list[tuple[int, int]]:
+    """The (pid, bytes) an OOM message lists that are the job's own ranks (module docstring: the rule)."""
+    o = ev.oom
+    if o is None or not o.other_processes:
+        return []
+    me = _self_pid(o)
+    listed = [(pid, b) for pid, b in o.other_processes if pid != me and b > 0]
+    main = {p.pid for p in _main_procs(ev).values()}
+    job = _job_name(ev.nvsmi) if ev.nvsmi is not None else None
+    named = {p.pid for p in ev.nvsmi.processes if p.name == job} if ev.nvsmi is not None else set()
+    small = [(pid, b) for pid, b in listed if b <= CONTEXT_MAX_BYTES]
+    world = world_size(ev, exp)
+    by_count = world is not None and len(small) == world - 1
+    equal = _equal_contexts([b for _, b in small])
+    return [(pid, b) for pid, b in listed if pid in main or (b <= CONTEXT_MAX_BYTES and (
+        pid in named or by_count or equal))]
 
 
 def _spread_floor(others: list[int]) -> float:
@@ -386,14 +508,16 @@ def _imbalance_from_log(ev: Evidence) -> tuple[str, int, int] | None:
 
 
 def _imbalance_from_smi(ev: Evidence) -> tuple[str, int, int] | None:
-    """Per-GPU use (the largest process of each GPU when processes are listed: others are other_process's)."""
+    """Per-GPU use among the GPUs that run the job (the job's process of each when processes are listed: the
+    others are other_process's)."""
     smi = ev.nvsmi
     if smi is None:
         return None
-    used = {x.index: x.used_bytes for x in smi.gpus}
-    for gi in {p.gpu for p in smi.processes if p.gpu is not None}:
-        used[gi] = max(p.used_bytes for p in smi.on_gpu(gi))
-    used = {k: v for k, v in used.items() if v >= 1 * GiB}
+    jobs = job_gpus(ev)
+    main = _main_procs(ev)
+    used = {x.index: x.used_bytes for x in smi.gpus if x.index in jobs}
+    for gi, top in main.items():
+        used[gi] = top.used_bytes
     if len(used) < 2:
         return None
     return _outlier(used, "GPU")
@@ -411,9 +535,10 @@ def _outlier(values: dict[int, int], what: str) -> tuple[str, int, int] | None:
 
 
 def rank_imbalance(ev: Evidence, exp: Expected | None) -> Finding | None:
-    """One rank much higher than the others (article: parallel config, duplicated data caches)."""
+    """One rank much higher than the others (article: parallel config, duplicated data caches), or the job's
+    other ranks' CUDA contexts on one GPU (nvidia-smi, or the OOM message's process list)."""
     foreign = _foreign_contexts(ev)
-    ctx = foreign or _sibling_contexts(ev)
+    ctx = foreign or _sibling_contexts(ev, exp)
     if ctx:
         gi, procs = max(ctx, key=lambda c: sum(p.used_bytes for p in c[1]))
         total = sum(p.used_bytes for p in procs)
@@ -423,7 +548,18 @@ def rank_imbalance(ev: Evidence, exp: Expected | None) -> Finding | None:
                     f"GPU {gi} holds {len(procs)} more processes of the same program ({each} each, {g(total)} in "
                     "all): CUDA contexts of the other ranks (or of DataLoader workers)")
         return Finding("rank_imbalance", (sentence,), 0, total, (Fix(SET_DEVICE_ACTION, total, 0.0),),
-                       0.9 if foreign else 0.7)
+                       0.9 if foreign else 0.8)
+    sibs = _oom_siblings(ev, exp)
+    if sibs and sum(b for _, b in sibs) >= 128 * MiB:
+        o, total = ev.oom, sum(b for _, b in sibs)
+        room = o.tried_bytes is not None and total + (o.free_bytes or 0) >= o.tried_bytes
+        dev = "" if o.device is None else f" {o.device}"
+        sentences = [f"the OOM message lists {len(sibs)} processes of this job's other ranks on GPU{dev} "
+                     f"({g(total)} in all): CUDA contexts they made on it, not another program"]
+        if room:
+            sentences.append(f"without them the {g(o.tried_bytes)} requested would have fit")
+        return Finding("rank_imbalance", tuple(sentences), 0, total, (Fix(SET_DEVICE_ACTION, total, 0.0),),
+                       0.85 if room else 0.55)
     hit = _imbalance_from_log(ev) or _imbalance_from_smi(ev)
     if hit is None:
         return None
@@ -454,7 +590,8 @@ def _other_from_oom(ev: Evidence, exp: Expected | None) -> tuple[float, list, in
     if o is None:
         return None
     me = _self_pid(o)
-    others = [(pid, "", b, o.device) for pid, b in o.other_processes if pid != me and b > 0]
+    sibs = {pid for pid, _ in _oom_siblings(ev, exp)}
+    others = [(pid, "", b, o.device) for pid, b in o.other_processes if pid != me and pid not in sibs and b > 0]
     total = sum(x[2] for x in others)
     if others and total >= 128 * MiB:
         room = o.tried_bytes is not None and total + (o.free_bytes or 0) >= o.tried_bytes
@@ -463,7 +600,7 @@ def _other_from_oom(ev: Evidence, exp: Expected | None) -> tuple[float, list, in
                                                              else ""))
     if o.total_bytes is None or o.free_bytes is None or o.reserved_bytes is None or o.process_bytes is not None:
         return None
-    outside = o.total_bytes - o.free_bytes - o.reserved_bytes
+    outside = o.total_bytes - o.free_bytes - o.reserved_bytes - sum(b for pid, b in o.other_processes if pid in sibs)
     expect = exp.estimate.device_total_bytes - exp.estimate.peak_reserved_bytes if exp else CUDA_CONTEXT_BYTES
     if outside - expect < max(1 * GiB, o.tried_bytes or 0):
         return None
@@ -472,40 +609,72 @@ def _other_from_oom(ev: Evidence, exp: Expected | None) -> tuple[float, list, in
         "the CUDA context and NCCL)")
 
 
-def _other_from_smi(ev: Evidence) -> list[tuple[int, str, int, int | None]]:
+def _other_from_smi(ev: Evidence, exp: Expected | None) -> list[tuple[int, str, int, int | None]]:
+    """(pid, name, bytes, gpu) of the processes on the job's GPUs that are neither its process there nor one of
+    its ranks' contexts; processes on GPUs the job does not use are another job's business."""
     smi = ev.nvsmi
     if smi is None:
         return []
-    foreign = {p.pid for _, ps in (*_foreign_contexts(ev), *_sibling_contexts(ev)) for p in ps}
+    own = {p.pid for _, ps in (*_foreign_contexts(ev), *_sibling_contexts(ev, exp)) for p in ps}
+    own |= {p.pid for p in _main_procs(ev).values()}
+    jobs = job_gpus(ev)
     out = []
-    for gi in sorted({p.gpu for p in smi.processes if p.gpu is not None}):
+    for gi in sorted(jobs):
         procs = sorted(smi.on_gpu(gi), key=lambda p: -p.used_bytes)
-        out += [(p.pid, p.name, p.used_bytes, gi) for p in procs[1:] if p.pid not in foreign and p.used_bytes >= 64 * MiB]
+        out += [(p.pid, p.name, p.used_bytes, gi) for p in procs if p.pid not in own and p.used_bytes >= 64 * MiB]
     return out
 
 
 def other_process(ev: Evidence, exp: Expected | None) -> Finding | None:
-    """Memory held by other processes (article: a card that does not release its memory: leftover processes)."""
+    """Memory held by other processes on the job's GPU (article: a card that does not release its memory:
+    leftover processes). nvidia-smi shows them directly; the OOM message names them by PID."""
     hit = _other_from_oom(ev, exp)
-    smi = _other_from_smi(ev)
+    smi = _other_from_smi(ev, exp)
     if hit is None and not smi:
         return None
-    like, procs, expected, sentence = hit if hit else (0.5, [], 0, "")
+    like, procs, expected, sentence = hit if hit else (0.0, [], 0, "")
     sentences = [sentence] if sentence else []
     if smi:
+        job = _job_name(ev.nvsmi)
         listed = ", ".join(f"pid {pid} {g(b)} on GPU {gi}" for pid, _, b, gi in smi[:6])
-        sentences.append(f"nvidia-smi: besides the largest process, {listed} (if they are your DataLoader "
-                         "workers, they hold CUDA contexts)")
+        sentences.append(f"nvidia-smi: on the job's GPUs besides its own processes, {listed}")
+        if any(name == job for _, name, _, _ in smi):
+            sentences.append("some have the job's program name: if they are its DataLoader workers, they hold CUDA "
+                             "contexts")
+        big = sum(b for _, _, b, _ in smi) >= 1 * GiB
+        like = max(like, 0.85 if big else 0.7)
+        if ev.oom is not None and ev.oom.device in {gi for *_, gi in smi}:
+            like = min(0.95, like + 0.05)
         procs = procs + [x for x in smi if x[0] not in {p[0] for p in procs}]
-    fixes = tuple(Fix(_stop(pid, name, gi), b, 0.0) for pid, name, b, gi in sorted(procs, key=lambda x: -x[2])[:6])
+    job = _job_name(ev.nvsmi) if ev.nvsmi is not None else None
+    fixes = tuple(Fix(_stop(pid, name, gi, name == job), b, 0.0)
+                  for pid, name, b, gi in sorted(procs, key=lambda x: -x[2])[:6])
     return Finding("other_process", tuple(sentences), expected, sum(x[2] for x in procs) or None, fixes, like)
 
 
-def _stop(pid: int, name: str, gpu: int | None) -> str:
+def _stop(pid: int, name: str, gpu: int | None, job_program: bool = False) -> str:
     if pid == 0:
         return "free the memory held outside PyTorch's allocator (other processes: nvidia-smi --query-compute-apps)"
     where = f" on GPU {gpu}" if gpu is not None else ""
+    if job_program:
+        return f"check process {pid} ({name}){where}: stop it unless it is this job's own (a DataLoader worker)"
     return f"stop process {pid} ({name}){where}" if name else f"stop process {pid}{where}"
+
+
+def host_pinned_memory(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """Page-locked host memory ran out: a driver-level ``CUDA error: out of memory`` raised by a device→host copy
+    with ``non_blocking=True`` or a ``pin_memory()`` (PyTorch's CachingHostAllocator: ``cudaHostAlloc``), not
+    by the GPU's allocator (which would print "Tried to allocate"). WSL2 caps pinned memory (the CUDA on WSL
+    user guide's known limitations)."""
+    o, w = ev.oom, ev.where
+    if o is None or w is None or not w.pinned or o.form not in ("driver", "unparsed"):
+        return None
+    sentences = [f"the CUDA error comes from a copy into pinned host memory ({w.pinned}): the host's page-locked "
+                 "memory ran out, not the GPU's"]
+    if w.wsl:
+        sentences.append("the run is under WSL2, which caps pinned host memory (CUDA on WSL: known limitations)")
+    return Finding("host_pinned_memory", tuple(sentences), None, None, (Fix(PINNED_ACTION, 0, 0.0),),
+                   0.9 if w.wsl else 0.8)
 
 
 def offload_bottleneck(ev: Evidence, exp: Expected | None) -> Finding | None:
@@ -537,12 +706,15 @@ def offload_bottleneck(ev: Evidence, exp: Expected | None) -> Finding | None:
 
 RULES: tuple[Callable[[Evidence, Expected | None], Finding | None], ...] = (
     static_overflow, activation_overflow, leak, fragmentation, duplicate_fp32_copy, eval_without_no_grad,
-    rank_imbalance, dataloader_memory, other_process, offload_bottleneck)
+    rank_imbalance, dataloader_memory, other_process, offload_bottleneck, host_pinned_memory)
 
 
 def _none(ev: Evidence, exp: Expected | None) -> Finding:
     sentences = [f"checked: {', '.join(ev.given)}, no rule matched" if ev.given else
                  "checked: the estimate, no rule matched"]
+    if ev.other_error:
+        sentences.append(f"--error holds no CUDA out-of-memory error (its error: `{ev.other_error}`): not a memory "
+                         "problem")
     if exp is not None:
         e = exp.estimate
         sentences.append(f"estimate: peak {g(e.peak_allocated_bytes)}, {g(e.device_total_bytes)} with CUDA context "
@@ -555,8 +727,46 @@ def _none(ev: Evidence, exp: Expected | None) -> Finding:
                    (), 1.0)
 
 
+def _failed(ev: Evidence) -> bool:
+    return ev.oom is not None or (ev.log is not None and bool(ev.log.ooms))
+
+
+def _deciders(ev: Evidence, exp: Expected | None) -> list[str]:
+    """The evidence not given that would decide, one sentence each."""
+    out = []
+    if ev.where is None or ev.where.phase == "unknown":
+        out.append("would decide: the whole traceback (--error), to see in which phase it was raised")
+    if exp is None:
+        out.append("would decide: MODEL and its setup flags (--engine, --gpus, --micro-batch, --seq-len, --recompute), "
+                   "to size what the run should use")
+    if ev.log is None:
+        out.append("would decide: --log, the monitor's per-step log (a leak, the step's peak, rank by rank)")
+    if ev.snapshot is None:
+        out.append("would decide: --snapshot, torch.cuda.memory._dump_snapshot() at the OOM (what was alive, "
+                   "free blocks)")
+    if ev.nvsmi is None:
+        out.append("would decide: --nvidia-smi, the processes on the GPU")
+    return out
+
+
+def _undetermined(ev: Evidence, exp: Expected | None, found: list[Finding]) -> Finding:
+    best = found[0].likelihood if found else 0.0
+    sentences = [f"no cause reaches likelihood {THRESHOLD:.2f}"]
+    if found:
+        sentences.append("candidates: " + ", ".join(f"{f.cause} {f.likelihood:.2f}" for f in found[:4]))
+    sentences += _oom_sentences(ev)
+    sentences += _deciders(ev, exp)
+    return Finding("undetermined", tuple(sentences), None, _needed(ev) or observed_peak(ev), (),
+                   round(1.0 - best, 2))
+
+
 def diagnose(ev: Evidence, exp: Expected | None) -> list[Finding]:
-    """Every finding, most likely first; ``[none]`` when no rule fires."""
+    """Every finding, most likely first; ``[none]`` when no rule fires and nothing failed; ``undetermined``
+    first when no cause reaches :data:`THRESHOLD` (an OOM with no cause shown, or only weak signs)."""
     found = [f for rule in RULES if (f := rule(ev, exp)) is not None]
     found.sort(key=lambda f: (-f.likelihood, -(f.observed_bytes or 0)))
-    return found or [_none(ev, exp)]
+    if found and found[0].likelihood >= THRESHOLD:
+        return found
+    if found or _failed(ev):
+        return [_undetermined(ev, exp, found), *found]
+    return [_none(ev, exp)]

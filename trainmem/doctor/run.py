@@ -16,10 +16,11 @@ from trainmem.doctor.steplog import StepLog, merge_logs, parse_steplog
 from trainmem.errors import ConfigError, TrainmemError
 from trainmem.units import fmt_bytes
 
-__all__ = ["DoctorInputs", "DoctorResult", "read_error", "gather", "expected_for", "run_doctor"]
+__all__ = ["DoctorInputs", "DoctorResult", "read_error", "other_error", "gather", "expected_for", "run_doctor"]
 
 _OOM_AT = re.compile(r"out of memory|OutOfMemoryError|_ALLOC_FAILED", re.I)
 _LAST_ERROR = re.compile(r"^\s*(?:\[\w+\]:\s*)?([\w.]*(?:Error|Exception)\b:?.*)$", re.M)
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 
 
 @dataclass(slots=True)
@@ -40,6 +41,17 @@ class DoctorResult:
     notes: list[str]
     evidence: Evidence
     expected: Expected | None
+
+
+def other_error(text: str) -> str | None:
+    """The last exception line of a traceback that holds no out-of-memory error (None: no exception in it)."""
+    if parse_oom(text) is not None:
+        return None
+    errs = _LAST_ERROR.findall(text)
+    if not errs and not _TRACEBACK.search(text):
+        return None
+    lines = text.strip().splitlines()
+    return (errs[-1].strip() if errs else lines[-1].strip())[:120].replace("`", "'")
 
 
 def read_error(text: str, name: str) -> tuple[OOMReport, Where]:
@@ -65,8 +77,14 @@ def _logs(paths: list[str]) -> StepLog | None:
 def gather(inp: DoctorInputs) -> tuple[Evidence, dict, str]:
     """(evidence, setup fields of --config, its kind) from the input files."""
     oom = wh = None
+    not_oom = ""
     if inp.error is not None:
-        oom, wh = read_error(read_text(inp.error, "--error", "an error message or traceback"), inp.error)
+        text = read_text(inp.error, "--error", "an error message or traceback")
+        other = other_error(text)
+        if other is not None:
+            not_oom = other  # a crash that is not a memory problem: the doctor says so (``none``)
+        else:
+            oom, wh = read_error(text, inp.error)
     log = _logs(inp.logs)
     if oom is None and log is not None and log.ooms:
         oom, wh = read_error(log.ooms[-1], "--log")
@@ -81,7 +99,7 @@ def gather(inp: DoctorInputs) -> tuple[Evidence, dict, str]:
         from trainmem.doctor.launch import parse_launch_config
         parsed = parse_launch_config(inp.config)
         cfg, kind = dict(parsed), parsed.kind
-    return Evidence(oom=oom, where=wh, nvsmi=smi, log=log, snapshot=snap, config_kind=kind), cfg, kind
+    return Evidence(oom=oom, where=wh, nvsmi=smi, log=log, snapshot=snap, config_kind=kind, other_error=not_oom), cfg, kind
 
 
 def _observed_gpu(ev: Evidence) -> tuple[int | None, str]:

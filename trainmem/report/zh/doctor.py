@@ -77,6 +77,27 @@ EXACT: dict[str, str] = {
     "other processes hold GPU memory": "其他进程占用了显存",
     "slow but stable: offload or ZeRO-3 communication": "显存稳定但训练慢：卸载或 ZeRO-3 通信瓶颈",
     "no problem found": "没有发现问题",
+    "pinned (page-locked) host memory ran out, not the GPU's": "主机的锁页（pinned）内存用完了，不是 GPU 显存",
+    "cannot tell: no cause reaches the threshold": "无法判断：没有哪个原因达到阈值",
+    # rules.py: the job's own processes, pinned memory, undetermined
+    "some have the job's program name: if they are its DataLoader workers, they hold CUDA contexts":
+        "其中有的进程与本作业同名：如果是它的 DataLoader worker，占的是各自的 CUDA 上下文",
+    "copy to the CPU without non_blocking=True (or in smaller pieces), set pin_memory=False in the DataLoader; under "
+    "WSL2 pinned memory is capped: raise memory= in .wslconfig":
+        "拷回 CPU 时不要用 non_blocking=True（或分小块拷贝），DataLoader 设 pin_memory=False；WSL2 下锁页内存有上限："
+        "在 .wslconfig 里调大 memory=",
+    "the run is under WSL2, which caps pinned host memory (CUDA on WSL: known limitations)":
+        "这次运行在 WSL2 下，WSL2 限制了主机锁页内存的大小（CUDA on WSL 的已知限制）",
+    "would decide: the whole traceback (--error), to see in which phase it was raised":
+        "能判断的证据：完整的 traceback（--error），看出是在哪个阶段抛出的",
+    "would decide: MODEL and its setup flags (--engine, --gpus, --micro-batch, --seq-len, --recompute), to size what "
+    "the run should use": "能判断的证据：MODEL 和它的配置参数（--engine、--gpus、--micro-batch、--seq-len、--recompute），"
+                          "用来算出这次运行应当占多少显存",
+    "would decide: --log, the monitor's per-step log (a leak, the step's peak, rank by rank)":
+        "能判断的证据：--log，监控器的逐步日志（是否泄漏、每步峰值、各 rank 的情况）",
+    "would decide: --snapshot, torch.cuda.memory._dump_snapshot() at the OOM (what was alive, free blocks)":
+        "能判断的证据：--snapshot，OOM 时的 torch.cuda.memory._dump_snapshot()（哪些张量还活着、空闲块）",
+    "would decide: --nvidia-smi, the processes on the GPU": "能判断的证据：--nvidia-smi，GPU 上有哪些进程",
 }
 
 PATTERNS: list[tuple[str, str]] = [
@@ -177,9 +198,10 @@ PATTERNS: list[tuple[str, str]] = [
     ("{u} reserved but unallocated ≥ the {t} requested: the cache held the bytes, not in one block",
      "已保留但未分配的显存 {u} ≥ 申请的 {t}：缓存里的字节数够，但不是连续的一整块"),
     ("{u} reserved but unallocated, {pct:w} of the GPU", "已保留但未分配 {u}，占 GPU 的 {pct}"),
-    ("snapshot: {s} free inside partly used segments of {r} reserved; largest free block {l}",
-     "快照：已保留的 {r} 中，部分占用的 segment 里还空着 {s}；最大空闲块 {l}"),
-    ("per-step log: reserved − allocated reaches {o} (estimate {e})", "逐步日志：reserved − allocated 达到 {o}（估算 {e}）"),
+    ("per-step log: reserved exceeds the step's peak allocated by {o} (estimate {e})",
+     "逐步日志：reserved 比该步的峰值已分配多出 {o}（估算 {e}）"),
+    ("snapshot: {s} free inside partly used segments of {r} reserved; largest free block {l}, smaller than the {q} "
+     "requested", "快照：已保留的 {r} 中，部分占用的 segment 里还空着 {s}；最大空闲块 {l}，小于申请的 {q}"),
     ("the estimate expects {e} of allocator slack at the peak", "估算认为峰值时 allocator 的富余为 {e}"),
     # duplicate copy
     ("between steps {b} allocated against {s} estimated: {x} more, {k:d} B × {p:d} parameters ({what})",
@@ -212,6 +234,26 @@ PATTERNS: list[tuple[str, str]] = [
      "NCCL)", "GPU 上有 {o} 不在本进程的 PyTorch allocator 里（CUDA 上下文和 NCCL 预计约 {e}）"),
     ("nvidia-smi: besides the largest process, {procs} (if they are your DataLoader workers, they hold CUDA contexts)",
      "nvidia-smi：除了占用最多的进程，还有 {procs}（如果它们是你自己的 DataLoader worker，就是它们各自的 CUDA 上下文）"),
+    ("nvidia-smi: on the job's GPUs besides its own processes, {procs}",
+     "nvidia-smi：在本作业的 GPU 上，除了它自己的进程，还有 {procs}"),
+    ("the OOM message lists {n:d} processes of this job's other ranks on GPU {g:d} ({t} in all): CUDA contexts they "
+     "made on it, not another program",
+     "OOM 报错列出了 GPU {g} 上本作业其他 rank 的 {n} 个进程（共 {t}）：是它们在这张卡上建的 CUDA 上下文，不是别的程序"),
+    ("the OOM message lists {n:d} processes of this job's other ranks on GPU ({t} in all): CUDA contexts they made on "
+     "it, not another program",
+     "OOM 报错列出了这张 GPU 上本作业其他 rank 的 {n} 个进程（共 {t}）：是它们在这张卡上建的 CUDA 上下文，不是别的程序"),
+    ("without them the {t} requested would have fit", "没有它们，申请的 {t} 本来放得下"),
+    ("check process {pid:d} ({name}) on GPU {g:d}: stop it unless it is this job's own (a DataLoader worker)",
+     "检查进程 {pid}（{name}，GPU {g}）：如果不是本作业自己的（DataLoader worker），就结束它"),
+    ("check process {pid:d} ({name}): stop it unless it is this job's own (a DataLoader worker)",
+     "检查进程 {pid}（{name}）：如果不是本作业自己的（DataLoader worker），就结束它"),
+    ("the CUDA error comes from a copy into pinned host memory ({code}): the host's page-locked memory ran out, not "
+     "the GPU's", "这个 CUDA 错误来自一次拷入主机锁页内存的操作（{code}）：用完的是主机的锁页内存，不是 GPU 显存"),
+    ("the estimate peaks in the optimizer step at {p}, over the {c} GPU: the model states and the update's "
+     "temporaries overflow, not the activations",
+     "估算的峰值在优化器更新阶段，为 {p}，超过了 {c} 的 GPU：放不下的是模型状态和更新时的临时张量，不是激活值"),
+    ("no cause reaches likelihood {x:w}", "没有哪个原因的可能性达到 {x}"),
+    ("candidates: {c}", "候选原因：{c!l}"),
     ("stop process {pid:d} ({name}) on GPU {g:d}", "结束进程 {pid}（{name}，GPU {g}）"),
     ("stop process {pid:d} on GPU {g:d}", "结束进程 {pid}（GPU {g}）"),
     ("stop process {pid:d} ({name})", "结束进程 {pid}（{name}）"),
@@ -223,6 +265,8 @@ PATTERNS: list[tuple[str, str]] = [
     ("observed median step {q:d} s", "实测每步中位数 {q} 秒"),
     # none
     ("checked: {what}, no rule matched", "已检查：{what!l}，没有匹配的规则"),
+    ("--error holds no CUDA out-of-memory error (its error: `{err}`): not a memory problem",
+     "--error 里没有 CUDA 显存不足（OOM）的报错（它的报错是：`{err}`）：不是显存问题"),
     ("estimate: peak {p}, {d} with CUDA context and NCCL, on {c}", "估算：峰值 {p}，含 CUDA 上下文和 NCCL 共 {d}，GPU 显存 {c}"),
     ("per-step log: {n:d} records on {r:d} rank(s), no trend, between steps {b}",
      "逐步日志：{n} 条记录，{r} 个 rank，没有增长趋势，步间显存 {b}"),
