@@ -214,9 +214,9 @@ def test_doctor_equals_the_cli_json(client, capsys, monkeypatch, tmp_path, texts
 
 def test_doctor_errors_are_the_cli_lines(client, capsys, monkeypatch, tmp_path) -> None:
     _doctor_ready()
-    (tmp_path / "error.txt").write_text("RuntimeError: shape mismatch")
+    (tmp_path / "error.txt").write_text("step 120 | loss 2.31")
     monkeypatch.chdir(tmp_path)
-    r = _post(client, "/api/doctor", {"error": "RuntimeError: shape mismatch"})
+    r = _post(client, "/api/doctor", {"error": "step 120 | loss 2.31"})
     rc, _, err = cli(capsys, "doctor", "--error", "error.txt", "--json")
     assert r.status_code == 422 and rc == 2 and err == "error: " + r.json()["error"] + "\n"
     r = _post(client, "/api/doctor", {"snapshot": "x"})
