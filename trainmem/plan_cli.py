@@ -34,7 +34,7 @@ def plan_cmd(
                                                       "tp, pp, vpp, cp, ep, zero, recompute (none|selective|full|block-N), "
                                                       "recompute_layers, offload, micro_batch, grad_accum, and setup "
                                                       "fields: sp, megatron_deepspeed, stage_layers (15/16/16/15), "
-                                                      "optimizer, attn, loss, …")] = None,
+                                                      "optimizer, attn, loss and the rest")] = None,
     min_gpus: Annotated[bool, _Opt("--min-gpus", help="fewest GPUs of --gpu on which the model trains")] = False,
     gpu: Annotated[Optional[str], _Opt("--gpu", help="GPU type for --min-gpus / --tokens --days")] = None,
     tokens: Annotated[Optional[float], _Opt("--tokens", help="tokens to train (with --days and --gpu)")] = None,
