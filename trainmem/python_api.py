@@ -116,6 +116,8 @@ class Estimate(Result):
         pipeline_stage: int
         activation_bytes_per_layer: int
         cuda_only_bytes: int
+        paged_optimizer_bytes: int
+        """bitsandbytes paged optimizers: state in CUDA managed memory, outside the allocator's figures."""
         assumptions: list[str]
         setup: dict[str, Any]
         explain: dict[str, Any]
