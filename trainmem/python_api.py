@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from trainmem.setup import TrainingSetup
 
 __all__ = ["ModelRef", "Result", "Estimate", "MaxMicroBatch", "Plan", "Comparison", "Diagnosis", "estimate",
-           "plan", "compare", "doctor", "build_model", "estimate_json", "max_micro_batch_json", "plan_checks", "plan_sizing",
+           "plan", "compare", "doctor", "build_model", "estimate_json", "explain_json", "max_micro_batch_json", "plan_checks", "plan_sizing",
            "plan_request", "plan_json"]
 
 ModelRef = Union[str, "os.PathLike[str]", Mapping[str, Any], Any]
@@ -184,13 +184,18 @@ class Diagnosis(Result):
 def estimate_json(spec: ModelSpec, ts: TrainingSetup, est: MemoryEstimate, *, explain: bool = False) -> dict:
     """The ``trainmem estimate --json`` object (``explain``: with the ``--explain`` lines as data)."""
     out = est.to_dict()
-    if explain:  # one {category, bytes, formula, source} per line, and the other accountings
-        from trainmem.report.explain import accountings, explain_lines
-        out["explain"] = {
-            "lines": [{"category": ln.category, "bytes": ln.bytes, "formula": ln.formula, "source": ln.source}
+    if explain:
+        out["explain"] = explain_json(spec, ts, est)
+    return out
+
+
+def explain_json(spec: ModelSpec, ts: TrainingSetup, est: MemoryEstimate) -> dict:
+    """The ``explain`` member of ``trainmem estimate --explain --json``: one {category, bytes, formula, source}
+    per line, and the other accountings."""
+    from trainmem.report.explain import accountings, explain_lines
+    return {"lines": [{"category": ln.category, "bytes": ln.bytes, "formula": ln.formula, "source": ln.source}
                       for ln in explain_lines(spec, ts, est)],
             "accountings": [{"name": n, "bytes": b, "why": why} for n, b, why in accountings(spec, ts)]}
-    return out
 
 
 def max_micro_batch_json(ts: TrainingSetup, best: int, est: MemoryEstimate | None) -> dict:

@@ -49,7 +49,7 @@ def build_report(model: str, lang: str = "en", trace: bool = False, with_plan: b
     from trainmem.memory import estimate
     from trainmem.plan.compare import compare
     from trainmem.report.html import estimate_report_html
-    from trainmem.web.commands import explain_json
+    from trainmem.python_api import explain_json
 
     spec, ts = build(model, **opt.setup_fields(setup))
     est = estimate(spec, ts)

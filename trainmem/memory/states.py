@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from trainmem.model.lora_targets import lora_param_count_model
 from trainmem.model.spec import ModelSpec
-from trainmem.setup import TrainingSetup
+from trainmem.setup import PAGED_OPTIMIZERS, TrainingSetup
 from trainmem.units import round_up_bytes
 
 __all__ = ["RankParams", "rank_params", "layers_alike", "layers_of_stage", "account_split", "param_bytes_per_elem", "optimizer_state_bytes",
@@ -200,7 +200,7 @@ def paged_optimizer_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     norms, biases and routers stay below the threshold on real models and are left in torch memory."""
     from trainmem.model.lora_targets import layer_linears, targeted_layer_linears, targeted_model_linears
 
-    if setup.optimizer not in ("paged-adamw", "paged-adamw-8bit"):
+    if setup.optimizer not in PAGED_OPTIMIZERS:
         return 0
     per_elem = 8 if setup.optimizer == "paged-adamw" else 2
     big = lambda n: n if n >= PAGED_MIN_NUMEL else 0  # noqa: E731

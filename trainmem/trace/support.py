@@ -21,6 +21,8 @@ def _no(what: str) -> UnsupportedError:
 
 def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
     """Raise :class:`UnsupportedError` (one line) unless ``trace_step`` can run this setup."""
+    from trainmem.setup import PAGED_OPTIMIZERS
+
     s = setup
     if s.engine not in ("torch", "fsdp2"):
         raise _no(f"the {s.engine} engine (only torch and fsdp2 are traced)")
@@ -51,7 +53,7 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
         raise _no("adamw-8bit (bitsandbytes kernels)")
     if s.optimizer_in_backward:
         raise _no("--optimizer-in-backward (per-parameter optimizers in post-accumulate-grad hooks)")
-    if s.optimizer in ("paged-adamw", "paged-adamw-8bit"):
+    if s.optimizer in PAGED_OPTIMIZERS:
         raise _no(f"{s.optimizer} (bitsandbytes paged optimizer: CUDA managed memory)")
     if s.qlora:
         raise _no("LoRA/QLoRA fine-tuning (not traced yet)")

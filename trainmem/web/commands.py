@@ -102,28 +102,15 @@ def _estimate(p: dict[str, Any]) -> dict:
     """``trainmem estimate --json`` (with ``explain``, ``max_micro_batch``): the same object."""
     from trainmem import cli_options as opt
     from trainmem.memory import estimate
+    from trainmem.python_api import estimate_json, max_micro_batch_json
     from trainmem.web.inputs import build_any
 
     check_lang(p["lang"])
     spec, ts = build_any(p["model"], **opt.setup_fields(p))
     if p.get("max_micro_batch"):
-        from trainmem.memory.search import MICRO_BATCH_CAP, max_micro_batch as search
-        best, est = search(spec, ts)
-        return {"max_micro_batch": best, "gpu": ts.gpu, "capped": best >= MICRO_BATCH_CAP, "cap": MICRO_BATCH_CAP,
-                "estimate": est.to_dict() if est else None}
-    est = estimate(spec, ts)
-    out = est.to_dict()
-    if p.get("explain"):
-        out["explain"] = explain_json(spec, ts, est)
-    return out
-
-
-def explain_json(spec, ts, est) -> dict:  # noqa: ANN001
-    """The ``explain`` member of ``trainmem estimate --explain --json``."""
-    from trainmem.report.explain import accountings, explain_lines
-    return {"lines": [{"category": ln.category, "bytes": ln.bytes, "formula": ln.formula, "source": ln.source}
-                      for ln in explain_lines(spec, ts, est)],
-            "accountings": [{"name": n, "bytes": b, "why": why} for n, b, why in accountings(spec, ts)]}
+        from trainmem.memory.search import max_micro_batch as search
+        return max_micro_batch_json(ts, *search(spec, ts))
+    return estimate_json(spec, ts, estimate(spec, ts), explain=bool(p.get("explain")))
 
 
 def _compare(p: dict[str, Any]) -> dict:
@@ -137,25 +124,12 @@ def _compare(p: dict[str, Any]) -> dict:
     return compare(spec, ts)
 
 
-def _plan_checks(p: dict[str, Any]) -> bool:
-    """The checks ``trainmem plan`` makes before searching; True when a sizing question is asked."""
-    check_lang(p["lang"])
-    if p["global_batch"] < 1:
-        raise ConfigError("--global-batch is required (sequences per optimizer step, ≥ 1)")
-    sizing = p["min_gpus"] or p["tokens"] is not None or p["days"] is not None
-    if sizing and not p["gpu"]:
-        raise ConfigError("--min-gpus and --tokens/--days need --gpu TYPE")
-    if (p["tokens"] is None) != (p["days"] is None):
-        raise ConfigError("--tokens and --days go together")
-    if not sizing and not p["cluster"]:
-        raise ConfigError("--cluster is required (e.g. --cluster 8xH100-SXM-80G)")
-    return bool(sizing)
-
-
 def plan_inputs(p: dict[str, Any]):  # noqa: ANN201 - (PlanRequest, sizing)
+    from trainmem.python_api import plan_checks
     from trainmem.web.inputs import plan_request
 
-    sizing = _plan_checks(p)
+    check_lang(p["lang"])
+    sizing = plan_checks(p["global_batch"], p["cluster"], p["gpu"], p["min_gpus"], p["tokens"], p["days"])
     extra = {"optimizer": p["optimizer"], "attn": p["attn"], "lora_rank": p["lora_rank"], "qlora": p["qlora"] or None,
              "lora_targets": p["lora_targets"], "attn_kernel": p["attn_kernel"],
              "grad_reduce_16bit": p["grad_reduce_16bit"] or None, "fp8_params": p["fp8_params"] or None,
@@ -167,22 +141,15 @@ def plan_inputs(p: dict[str, Any]):  # noqa: ANN201 - (PlanRequest, sizing)
 
 def _plan(p: dict[str, Any]) -> dict:
     """``trainmem plan --json`` (without ``--export``, which writes files)."""
+    from trainmem.python_api import plan_json, plan_sizing
+
     req, sizing = plan_inputs(p)
-    out: dict = {}
-    if sizing:
-        from trainmem.plan.sizing import gpus_for_deadline, min_gpus as find_min
-        if p["min_gpus"]:
-            out["min_gpus"] = find_min(req, p["gpu"]).to_dict()
-        if p["tokens"] is not None:
-            out["gpus_for_deadline"] = {**gpus_for_deadline(req, p["gpu"], p["tokens"], p["days"]).to_dict(),
-                                        "tokens": p["tokens"], "days": p["days"]}
+    out = plan_sizing(req, p["gpu"], p["min_gpus"], p["tokens"], p["days"]) if sizing else {}
     result = None
     if p["cluster"]:
         from trainmem.plan.search import plan
         result = plan(req)
-    d = result.to_dict() if result is not None else {"search_seconds": 0.0, "plans": []}
-    d.update(out)
-    return d
+    return plan_json(result, out)
 
 
 def doctor_function():  # noqa: ANN201 - (run_doctor, DoctorInputs, to_json), or None

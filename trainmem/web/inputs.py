@@ -41,23 +41,9 @@ def build_any(model: str | dict, **fields: object) -> tuple[ModelSpec, TrainingS
 
 def plan_request(model: str | dict, cluster: str, global_batch: int, seq_len: int, precision: str, margin: float,
                  top: int, fix: str | None, extra: dict):  # noqa: ANN201 - PlanRequest
-    """The planner's request as ``trainmem plan`` builds it (:func:`trainmem.plan_cli._request`), for a
+    """The planner's request as ``trainmem plan`` builds it (:func:`trainmem.python_api.plan_request`), for a
     model reference or a pasted config."""
-    if not isinstance(model, dict):
-        from trainmem.plan_cli import _request
-        return _request(model, cluster, global_batch, seq_len, precision, margin, top, fix, extra)
-    from trainmem.hardware import parse_cluster
-    from trainmem.plan.search import PlanRequest
-    from trainmem.plan.space import ENGINES, parse_fix
+    from trainmem.python_api import plan_request as request
 
-    pool = parse_cluster(cluster)
-    fields = {k: v for k, v in extra.items() if v not in (None, False, 0) or k == "lora_rank"}
-    fields = {k: v for k, v in fields.items() if v is not None}
-    from trainmem.api import build_spec
-    from trainmem.plan.search import engine_neutral_extras
-    spec, checked = build_spec(pasted_spec(model), seq_len=seq_len, gpu=pool.groups[0].gpu.name,
-                               **engine_neutral_extras(fields, precision))
-    fields.setdefault("attn", checked.attn)  # the model's default (eager for families without sdpa)
-    fixed = parse_fix(fix) if fix else {}
-    return PlanRequest(spec=spec, cluster=pool, global_batch=global_batch, seq_len=seq_len, precision=precision,
-                       margin=margin / 100, top=top, fixed=fixed, engines=ENGINES, setup_extra=fields)
+    return request(pasted_spec(model) if isinstance(model, dict) else model, cluster, global_batch, seq_len,
+                   precision, margin, top, fix, extra)

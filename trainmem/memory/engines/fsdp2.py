@@ -7,7 +7,6 @@ zero 3 = ``reshard_after_forward=True``, zero 2 = False (units stay gathered fro
 from __future__ import annotations
 
 from trainmem.memory.engines.base import Engine, ModelStates, lora_base
-from trainmem.setup import TrainingSetup
 from trainmem.memory.states import (
     nf4_packed_bytes,
     nf4_quant_state_bytes,
@@ -15,6 +14,7 @@ from trainmem.memory.states import (
     optimizer_step_temp_bytes,
     qlora_base_bytes,
 )
+from trainmem.setup import TrainingSetup
 from trainmem.units import round_up_bytes as _r
 
 __all__ = ["FSDP2Engine", "fsdp_shard_elems", "fsdp_replicated_quant_state_bytes", "fsdp_gathered_nf4_bytes"]
