@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from trainmem.setup import TrainingSetup
 
 __all__ = ["ModelRef", "Result", "Estimate", "MaxMicroBatch", "Plan", "Comparison", "Diagnosis", "estimate",
-           "plan", "compare", "doctor", "build_model", "estimate_json", "explain_json", "max_micro_batch_json", "plan_checks", "plan_sizing",
+           "plan", "compare", "doctor", "build_model", "estimate_json", "explain_json", "max_micro_batch_json", "plan_checks", "plan_sizing", "PLAN_EXTRA_KEYS",
            "plan_request", "plan_json"]
 
 ModelRef = Union[str, "os.PathLike[str]", Mapping[str, Any], Any]
@@ -220,6 +220,12 @@ def plan_checks(global_batch: int, cluster: str | None, gpu: str | None, min_gpu
     if not sizing and not cluster:
         raise ConfigError("--cluster is required (e.g. --cluster 8xH100-SXM-80G)")
     return bool(sizing)
+
+
+#: The setup fields ``trainmem plan`` takes as its own flags (the request's ``extra``; unset or false ones are
+#: dropped by :func:`plan_request`).
+PLAN_EXTRA_KEYS = ("optimizer", "attn", "lora_rank", "qlora", "lora_targets", "attn_kernel", "grad_reduce_16bit",
+                   "fp8_params", "async_tp")
 
 
 def plan_request(model: str | ModelSpec, cluster: str, global_batch: int, seq_len: int, precision: str,

@@ -125,15 +125,12 @@ def _compare(p: dict[str, Any]) -> dict:
 
 
 def plan_inputs(p: dict[str, Any]):  # noqa: ANN201 - (PlanRequest, sizing)
-    from trainmem.python_api import plan_checks
+    from trainmem.python_api import PLAN_EXTRA_KEYS, plan_checks
     from trainmem.web.inputs import plan_request
 
     check_lang(p["lang"])
     sizing = plan_checks(p["global_batch"], p["cluster"], p["gpu"], p["min_gpus"], p["tokens"], p["days"])
-    extra = {"optimizer": p["optimizer"], "attn": p["attn"], "lora_rank": p["lora_rank"], "qlora": p["qlora"] or None,
-             "lora_targets": p["lora_targets"], "attn_kernel": p["attn_kernel"],
-             "grad_reduce_16bit": p["grad_reduce_16bit"] or None, "fp8_params": p["fp8_params"] or None,
-             "async_tp": p["async_tp"] or None}
+    extra = {k: p[k] for k in PLAN_EXTRA_KEYS}
     req = plan_request(p["model"], p["cluster"] or f"1x{p['gpu']}", p["global_batch"], p["seq_len"], p["precision"],
                        p["margin"], p["top"], p["fix"], extra)
     return req, sizing
