@@ -6,6 +6,7 @@ The Python API (``docs/api.md``)::
     r = trainmem.estimate("llama-3.1-8b", engine="fsdp2", gpus=8, seq_len=4096)   # or a config, a live model
     r.peak_allocated_bytes, r.fits, r.to_dict()       # == `trainmem estimate ... --json`
     trainmem.plan(...), trainmem.compare(...), trainmem.doctor(...)
+    trainmem.preflight(model, optimizer=opt, batch=batch)   # in a plain loop, before the first step
 
 Importing ``trainmem`` imports nothing else: every name is loaded on first use (PEP 562 ``__getattr__``), so
 ``import trainmem`` stays ~1 ms and never imports torch, transformers or pydantic.
@@ -24,7 +25,7 @@ TYPE_CHECKING = False  # typing itself costs ~2 ms to import; type checkers read
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "estimate", "plan", "compare", "doctor", "PreflightCallback", "Result", "Estimate",
+__all__ = ["__version__", "estimate", "plan", "compare", "doctor", "preflight", "PreflightCallback", "Result", "Estimate",
            "MaxMicroBatch", "Plan", "Comparison", "Diagnosis", "TrainingSetup", "TrainmemError", "ConfigError",
            "UnknownModelError", "UnsupportedError"]
 
@@ -35,6 +36,7 @@ _LAZY = {
     **{n: "trainmem.errors" for n in ("TrainmemError", "ConfigError", "UnknownModelError", "UnsupportedError")},
     "TrainingSetup": "trainmem.setup",
     "PreflightCallback": "trainmem.integrations.hf",
+    "preflight": "trainmem.integrations.loop",
 }
 #: API functions that share their name with a subpackage: the subpackage module is made callable.
 _CALLABLE_PACKAGES = {"plan": "trainmem.plan", "doctor": "trainmem.doctor"}
@@ -42,6 +44,7 @@ _CALLABLE_PACKAGES = {"plan": "trainmem.plan", "doctor": "trainmem.doctor"}
 if TYPE_CHECKING:
     from trainmem.errors import ConfigError, TrainmemError, UnknownModelError, UnsupportedError
     from trainmem.integrations.hf import PreflightCallback
+    from trainmem.integrations.loop import preflight
     from trainmem.python_api import (Comparison, Diagnosis, Estimate, MaxMicroBatch, Plan, Result, compare, doctor,
                                      estimate, plan)
     from trainmem.setup import TrainingSetup

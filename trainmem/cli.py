@@ -22,7 +22,7 @@ from trainmem.report.i18n import check_lang
 # Plain click help (rich_markup_mode=None): it wraps long option lists instead of cutting them with "…".
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Per-GPU memory of one training step: estimate, trace, explain, plan, compare, doctor, report, serve.")
+                  help="Per-GPU memory of one training step: estimate, trace, explain, plan, compare, doctor, report, serve, validate.")
 
 
 def _version(value: bool) -> None:
@@ -66,15 +66,19 @@ def estimate(
             print_max_micro_batch(best, est, ts, lang)
         return
     est = run_estimate(spec, ts)
+    given = opt.setup_fields(setup)
     if as_json:  # the library's builder, which trainmem.estimate() returns too
         from trainmem.python_api import estimate_json
-        print(json.dumps(estimate_json(spec, ts, est, explain=explain)))
+        print(json.dumps(estimate_json(spec, ts, est, explain=explain, given=given)))
         return
-    from trainmem.report.table import print_estimate
+    from trainmem.report.table import print_estimate, print_fix
     print_estimate(spec, ts, est, lang)
     if explain:
         from trainmem.report.explain import print_explain
         print_explain(spec, ts, est, lang)
+    if not est.fits:  # the output ends with the command that makes the run fit
+        from trainmem.plan.compare import cheapest_fix
+        print_fix(cheapest_fix(spec, ts, given), model, given, lang)
 
 
 @app.command("explain")
@@ -142,6 +146,10 @@ _register_doctor(app)
 from trainmem.report_cli import register as _register_report  # noqa: E402
 
 _register_report(app)
+
+from trainmem.validate_cli import register as _register_validate  # noqa: E402
+
+_register_validate(app)
 
 
 def _argv_lang(argv: list[str]) -> str:

@@ -115,7 +115,7 @@ def setup_from_training_args(args: Any, model: Any, train_dataloader: Any = None
         fields["precision"] = half if weights16 and not lora else f"amp-{half}"
     elif not weights16:
         fields["precision"] = "fp32"  # no mixed precision asked: the Trainer trains the fp32 weights as they are
-    seq = _first_batch_seq_len(train_dataloader, fields["micro_batch"])
+    seq = preflight.first_samples_seq_len(train_dataloader, fields["micro_batch"])
     if seq is None:
         seq = getattr(args, "max_seq_length", None) or getattr(args, "max_length", None)
     if isinstance(seq, int) and seq > 0:
@@ -158,21 +158,3 @@ def _optimizer(optim: str) -> dict[str, Any]:
     if optim.startswith(("lion", "paged_lion")):
         return {"optimizer": "lion"}
     return {}
-
-
-def _first_batch_seq_len(dataloader: Any, micro_batch: int) -> int | None:
-    """Longest ``input_ids`` of the dataset's first ``micro_batch`` samples (a map-style dataset), or None."""
-    dataset = getattr(dataloader, "dataset", None)
-    if dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-        return None
-    try:
-        lengths = []
-        for i in range(min(micro_batch, len(dataset))):
-            item = dataset[i]
-            ids = item.get("input_ids") if isinstance(item, dict) else None
-            if ids is None:
-                return None
-            lengths.append(len(ids))
-    except Exception:  # noqa: BLE001 - a dataset that cannot be read by index: the sequence length is not read
-        return None
-    return max(lengths) if lengths else None

@@ -27,7 +27,7 @@ from typing import Any
 from trainmem.errors import TrainmemError
 
 __all__ = ["OVERFLOW_ACTIONS", "PreflightOverflowError", "PreflightResult", "check", "device_fields", "record",
-           "write_line", "versions"]
+           "write_line", "versions", "first_samples_seq_len"]
 
 OVERFLOW_ACTIONS = ("warn", "raise")
 
@@ -124,3 +124,21 @@ def write_line(path: str | os.PathLike[str], line: dict[str, Any]) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
+
+
+def first_samples_seq_len(dataloader: Any, micro_batch: int) -> int | None:
+    """Longest ``input_ids`` of the dataset's first ``micro_batch`` samples (a map-style dataset), or None."""
+    dataset = getattr(dataloader, "dataset", None)
+    if dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+        return None
+    try:
+        lengths = []
+        for i in range(min(micro_batch, len(dataset))):
+            item = dataset[i]
+            ids = item.get("input_ids") if isinstance(item, dict) else None
+            if ids is None:
+                return None
+            lengths.append(len(ids))
+    except Exception:  # noqa: BLE001 - a dataset that cannot be read by index: the sequence length is not read
+        return None
+    return max(lengths) if lengths else None
