@@ -82,7 +82,10 @@ def test_compare_json_contract(capsys) -> None:
         assert o["saves_bytes"] == base - o["peak_allocated_bytes"]
     assert "selective recompute" not in opts  # HF models under DeepSpeed checkpoint whole layers only
     assert opts["full recompute"]["saves_bytes"] > 0 and opts["full recompute"]["slowdown_pct"] > 0
-    assert opts["ZeRO-3"]["saves_bytes"] > opts["ZeRO-2"]["saves_bytes"] >= 0
+    assert opts["ZeRO-3"]["saves_bytes"] > 0
+    # ZeRO-2 saves nothing at this peak (backward, 85 GiB short): under 1 % of the gap, not offered, said why
+    na = {n["technique"]: n["reason"] for n in d["not_applicable"]}
+    assert "ZeRO-2" not in opts and "under 1 % of the" in na["ZeRO-2"]
     assert opts["gradient accumulation ×2 (same global batch)"]["saves_bytes"] > 0
 
 

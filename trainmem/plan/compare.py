@@ -2,25 +2,30 @@
 
 Each option changes one thing of the user's setup and keeps the rest — the world size and the global
 batch included — and reports the peak, the memory it saves, the predicted step-time change and
-whether it fits. An option the engine cannot run for this setup is listed under ``not_applicable``
-with the reason the estimator gives.
+whether it fits (``fits``: the option's estimate, judged as ``trainmem estimate`` judges it: device total ≤ the
+GPU's memory). The options that fit come first, cheapest step time first, then the others, most memory saved
+first. An option the engine cannot run for this setup is listed under ``not_applicable`` with the reason the
+estimator gives, and so is, for a run that does not fit, one that saves less than 1 % of the gap.
+:func:`cheapest_fix` is the first option that fits, as the flags to add to the run's command line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from trainmem.errors import TrainmemError
 from trainmem.hardware.cluster import GPUGroup, parse_cluster
-from trainmem.memory.estimate import estimate
+from trainmem.memory.estimate import MemoryEstimate, estimate
 from trainmem.memory.states import layers_of_stage
 from trainmem.model.spec import ModelSpec
-from trainmem.perf import step_time
+from trainmem.perf import StepTime, step_time
 from trainmem.plan.space import engine_precision
 from trainmem.setup import FUSED_OPTIMIZERS, TrainingSetup, make_setup
+from trainmem.units import GiB, MiB
 
-__all__ = ["Option", "techniques", "compare"]
+__all__ = ["Option", "techniques", "compare", "cheapest_fix", "fix_fields", "cli_flags", "fix_command", "flag_of",
+           "slowdown_pct", "relevant_saving_bytes"]
 
 _SETUP_KEYS = ("engine", "precision", "micro_batch", "grad_accum", "recompute", "recompute_layers", "zero", "offload",
                "tp", "pp", "dp")
@@ -83,13 +88,16 @@ def _sharding(s: TrainingSetup) -> Iterator[Option]:
 
 
 def _optimizer(s: TrainingSetup) -> Iterator[Option]:
-    if s.engine not in ("torch", "fsdp2"):
-        return
+    if s.engine not in ("torch", "fsdp2") or s.is_lora:
+        return  # (LoRA: the optimizer holds the adapters' states only; a smaller optimizer saves next to nothing)
     if s.optimizer in FUSED_OPTIMIZERS and s.optimizer_impl == "foreach":
         # torch's fused kernel: no list-wide temporary at the step (HF Trainer optim="adamw_torch_fused",
         # torchtitan implementation="fused", torch.optim.AdamW(..., fused=True))
         yield Option("fused optimizer (fused=True, adamw_torch_fused)", {"optimizer_impl": "fused"})
-    if s.optimizer in ("adamw", "adam") and s.offload == "none":
+    if s.optimizer in ("adamw", "adam") and s.offload == "none" and s.engine == "torch":
+        # (not under FSDP2: bitsandbytes' 8-bit optimizers are not DTensor-aware — their state is allocated
+        # zeros_like the DTensor and the kernel is handed DTensors, bitsandbytes issue #1633 "illegal memory
+        # access with FSDP2", open in 2026; a fix users cannot run is not offered)
         yield Option("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit", "optimizer_impl": "foreach"})
 
 
@@ -138,33 +146,165 @@ def _changed(s: TrainingSetup, changes: dict[str, object]) -> TrainingSetup:
     return make_setup(**fields)
 
 
-def compare(spec: ModelSpec, s: TrainingSetup) -> dict:
-    """The ``trainmem compare --json`` object."""
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One option evaluated: its setup, estimate and step time."""
+    opt: Option
+    setup: TrainingSetup
+    memory: MemoryEstimate
+    time: StepTime
+
+
+def _evaluate(spec: ModelSpec, s: TrainingSetup) -> tuple[MemoryEstimate, StepTime, list[_Row], list[dict]]:
+    """The baseline and every technique of ``s`` estimated (those the estimator refuses, with its reason)."""
     group = _group(s)
     base_m, base_t = estimate(spec, s), step_time(spec, s, group)
-    out = {"baseline": {"setup": _brief(s), "peak_allocated_bytes": base_m.peak_allocated_bytes,
-                        "device_total_bytes": base_m.device_total_bytes, "fits": base_m.fits,
-                        "step_seconds": base_t.step_seconds, "tokens_per_second": base_t.tokens_per_second},
-           "options": [], "not_applicable": []}
+    rows: list[_Row] = []
+    refused: list[dict] = []
     for opt in techniques(s, spec):
         try:
             s2 = _changed(s, opt.changes)
-            m = estimate(spec, s2)
-            t = step_time(spec, s2, group)
+            rows.append(_Row(opt, s2, estimate(spec, s2), step_time(spec, s2, group)))
         except TrainmemError as e:
-            out["not_applicable"].append({"technique": opt.technique, "reason": str(e)})
-            continue
+            refused.append({"technique": opt.technique, "reason": str(e)})
+    return base_m, base_t, rows, refused
+
+
+def slowdown_pct(base_step_seconds: float, base_global_batch: int, step_seconds: float, global_batch: int) -> float:
+    """Step-time change in percent at the baseline's global batch (an option with another global batch is
+    scaled to the same number of samples)."""
+    return (step_seconds * base_global_batch / max(global_batch, 1) / base_step_seconds - 1) * 100
+
+
+def relevant_saving_bytes(short_bytes: int) -> int:
+    """Least device memory a fix must save to be offered for a run ``short_bytes`` over its GPU: 1 % of the gap
+    (issue 18: "fixes that save < 1 % of the gap are dropped"); 0 for a run that fits."""
+    return max(0, short_bytes) // 100
+
+
+def _rank(base_m: MemoryEstimate, base: TrainingSetup, base_t: StepTime, rows: list[_Row]) -> tuple[list[_Row], list[dict]]:
+    """The options that fit first, cheapest step time first; then the rest, most memory saved first. For a run
+    that does not fit, a fix that saves less than 1 % of the gap is left out (listed with its reason)."""
+    short = -base_m.headroom_bytes
+    least = relevant_saving_bytes(short)
+    kept, dropped = [], []
+    for r in rows:
+        saved = base_m.device_total_bytes - r.memory.device_total_bytes
+        if short > 0 and not r.memory.fits and saved < least:
+            dropped.append({"technique": r.opt.technique,
+                            "reason": f"saves {saved / MiB:,.1f} MiB of device memory, under 1 % of the "
+                                      f"{short / GiB:.2f} GiB the run is short"})
+        else:
+            kept.append(r)
+
+    def key(r: _Row) -> tuple:
+        slow = slowdown_pct(base_t.step_seconds, base.global_batch, r.time.step_seconds, r.setup.global_batch)
+        saves = base_m.peak_allocated_bytes - r.memory.peak_allocated_bytes
+        return (0, slow, -saves) if r.memory.fits else (1, -saves, slow)
+    return sorted(kept, key=key), dropped
+
+
+def compare(spec: ModelSpec, s: TrainingSetup) -> dict:
+    """The ``trainmem compare --json`` object: the options that fit this GPU first, cheapest step time first."""
+    base_m, base_t, rows, refused = _evaluate(spec, s)
+    ranked, dropped = _rank(base_m, s, base_t, rows)
+    out = {"baseline": {"setup": _brief(s), "peak_allocated_bytes": base_m.peak_allocated_bytes,
+                        "device_total_bytes": base_m.device_total_bytes, "fits": base_m.fits,
+                        "step_seconds": base_t.step_seconds, "tokens_per_second": base_t.tokens_per_second},
+           "options": [], "not_applicable": refused + dropped}
+    for r in ranked:
+        s2, m, t = r.setup, r.memory, r.time
         gb_note = "" if s2.global_batch == s.global_batch else f"global batch {s2.global_batch}"
         out["options"].append({
-            "technique": opt.technique, "setup": _brief(s2),
+            "technique": r.opt.technique, "setup": _brief(s2),
             "peak_allocated_bytes": m.peak_allocated_bytes, "device_total_bytes": m.device_total_bytes,
             "saves_bytes": base_m.peak_allocated_bytes - m.peak_allocated_bytes,
-            "slowdown_pct": (t.step_seconds * s.global_batch / max(s2.global_batch, 1) / base_t.step_seconds - 1) * 100,
+            "slowdown_pct": slowdown_pct(base_t.step_seconds, s.global_batch, t.step_seconds, s2.global_batch),
             "step_seconds": t.step_seconds, "fits": m.fits, "note": gb_note})
     return out
 
 
+def flag_of(field: str) -> str:
+    """The command-line flag of a setup field (cli_options.SETUP_OPTIONS spells every one so; a test checks)."""
+    return "--" + field.replace("_", "-")
+
+
+def _flag_value(value: object) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def fix_fields(spec: ModelSpec, given: Mapping[str, object], target: TrainingSetup) -> dict[str, object] | None:
+    """The setup fields to set on top of a command line that sets ``given`` (setup fields, unset = absent or None)
+    so that it runs ``target``, or None when flags cannot say it (a field that would have to be unset again).
+    Checked by rebuilding the setup from them, as the command line would."""
+    from trainmem.api import build_spec
+    from trainmem.cli_options import SETUP_FIELDS
+
+    merged = {k: v for k, v in given.items() if k in SETUP_FIELDS and v is not None and v is not False}
+    want = target.model_dump(exclude={"notes"})
+    added: dict[str, object] = {}
+    for _ in range(4):  # a flag set can change another field's default (engine -> zero): settle in a few rounds
+        try:
+            got = build_spec(spec, **merged)[1].model_dump(exclude={"notes"})
+        except TrainmemError:
+            return None
+        diff = {k: want[k] for k in SETUP_FIELDS if got.get(k) != want.get(k)}
+        if not diff:
+            return added
+        if any(v is None or v is False for v in diff.values()):
+            return None  # a value no flag sets (an unset field, a boolean flag turned off)
+        merged.update(diff)
+        added.update(diff)
+    return None
+
+
+def cli_flags(fields: Mapping[str, object]) -> list[str]:
+    """Setup fields as command-line arguments (unset and false ones left out)."""
+    out: list[str] = []
+    for k, v in fields.items():
+        if v is None or v is False:
+            continue
+        out += [flag_of(k)] if v is True else [flag_of(k), _flag_value(v)]
+    return out
+
+
+def cheapest_fix(spec: ModelSpec, s: TrainingSetup, given: Mapping[str, object] | None = None) -> dict | None:
+    """For a run that does not fit: the single change that makes it fit at the least step time, with the flags
+    and fields that apply it to the command line ``given`` (default: every field of ``s`` spelled out); None
+    when the run fits. ``{"technique", "flags", "changes" (the setup fields the flags set),
+    "peak_allocated_bytes", "device_total_bytes", "gpu_memory_bytes", "slowdown_pct", "step_seconds", "fits"}``;
+    when no single change fits, the one that saves the most, with ``fits`` false (None if there is none)."""
+    base_m, base_t, rows, _ = _evaluate(spec, s)
+    if base_m.fits:
+        return None
+    if given is None:
+        given = s.model_dump(exclude={"notes"})
+    ranked, _ = _rank(base_m, s, base_t, rows)
+    for r in ranked:
+        fields = fix_fields(spec, given, r.setup)
+        if fields is None:
+            continue
+        return {"technique": r.opt.technique, "flags": cli_flags(fields),
+                "changes": {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},
+                "peak_allocated_bytes": r.memory.peak_allocated_bytes,
+                "device_total_bytes": r.memory.device_total_bytes, "gpu_memory_bytes": r.memory.gpu_memory_bytes,
+                "slowdown_pct": slowdown_pct(base_t.step_seconds, s.global_batch, r.time.step_seconds,
+                                             r.setup.global_batch),
+                "step_seconds": r.time.step_seconds, "fits": r.memory.fits}
+    return None
+
+
+def fix_command(command: str, model: str, given: Mapping[str, object], changes: Mapping[str, object]) -> str:
+    """``trainmem COMMAND MODEL`` with the ``given`` setup flags, ``changes`` applied, quoted for a POSIX shell."""
+    import shlex
+
+    merged = {k: v for k, v in given.items() if v is not None and v is not False}
+    merged.update(changes)
+    return " ".join(shlex.quote(p) for p in ["trainmem", command, model] + cli_flags(merged))
+
+
 def _brief(s: TrainingSetup) -> dict:
-    d = s.model_dump(mode="json", include=set(_SETUP_KEYS) | {"cp", "ep", "vpp", "gpus", "gpu", "seq_len", "optimizer",
-                                                              "optimizer_impl"})
-    return d
+    return s.model_dump(mode="json", include=set(_SETUP_KEYS) | {"cp", "ep", "vpp", "gpus", "gpu", "seq_len", "optimizer",
+                                                                 "optimizer_impl"})

@@ -12,7 +12,7 @@ from trainmem.report.i18n import t, tr
 from trainmem.setup import TrainingSetup
 from trainmem.units import GB, GiB
 
-__all__ = ["print_estimate", "print_max_micro_batch", "result_line", "STATIC_CATEGORIES"]
+__all__ = ["print_estimate", "print_max_micro_batch", "print_fix", "fix_lines", "result_line", "STATIC_CATEGORIES"]
 
 #: Categories that stay allocated between steps (the flat baseline); the rest come and go each step.
 STATIC_CATEGORIES = ("parameters", "master_weights", "optimizer_states")
@@ -86,6 +86,39 @@ def result_line(est: MemoryEstimate, lang: str = "en") -> str:
     verdict = f"[green]fits on {gpu}[/green]" if est.fits else f"[red]does NOT fit on {gpu}[/red]"
     return (f"{verdict}; headroom {head:+.2f} GiB; peak during: {_esc(est.peak_phase)}; "
             f"trainable {est.n_trainable_params:,}")
+
+
+def fix_lines(fix: dict | None, model: str, given: dict, lang: str = "en") -> tuple[str, str]:
+    """(what the fix is, the command that runs it) for a run that does not fit — :func:`trainmem.plan.compare.
+    cheapest_fix`'s object, the model reference and the setup fields the command line gave; ("...", "") when no
+    single change applies."""
+    from trainmem.plan.compare import fix_command
+
+    if fix is None:
+        return (("单项改动都无法应用于此运行（trainmem compare 列出各项）" if lang == "zh" else
+                 "no single change applies to this run (trainmem compare lists them)"), "")
+    tech = tr(fix["technique"], lang)
+    total, mem = fix["device_total_bytes"] / GiB, fix["gpu_memory_bytes"] / GiB
+    if lang == "zh":
+        head = (f"能放下的最快改动：{tech}（单步时间 {fix['slowdown_pct']:+.1f} %，设备占用 {total:.2f} / {mem:.1f} GiB）："
+                if fix["fits"] else
+                f"没有单项改动能放下；省得最多的是：{tech}（设备占用 {total:.2f} / {mem:.1f} GiB，仍放不下）：")
+    else:
+        head = (f"cheapest fix that fits: {tech} (step time {fix['slowdown_pct']:+.1f} %, device total "
+                f"{total:.2f} of {mem:.1f} GiB):" if fix["fits"] else
+                f"no single change makes it fit; the one that saves most: {tech} (device total {total:.2f} of "
+                f"{mem:.1f} GiB, still short):")
+    return head, fix_command("estimate", model, given, fix["changes"])
+
+
+def print_fix(fix: dict | None, model: str, given: dict, lang: str = "en", console: Console | None = None) -> None:
+    """The last lines of ``trainmem estimate`` for a run that does not fit: the cheapest fix that fits, as the
+    command to run (printed unwrapped, to be copied)."""
+    con = console or Console()
+    head, cmd = fix_lines(fix, model, given, lang)
+    con.print(f"[bold]{_esc(head)}[/bold]")
+    if cmd:
+        con.print("  " + cmd, markup=False, highlight=False, soft_wrap=True)
 
 
 def print_max_micro_batch(best: int, est: MemoryEstimate | None, setup: TrainingSetup, lang: str = "en") -> None:

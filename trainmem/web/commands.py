@@ -106,11 +106,12 @@ def _estimate(p: dict[str, Any]) -> dict:
     from trainmem.web.inputs import build_any
 
     check_lang(p["lang"])
-    spec, ts = build_any(p["model"], **opt.setup_fields(p))
+    given = opt.setup_fields(p)
+    spec, ts = build_any(p["model"], **given)
     if p.get("max_micro_batch"):
         from trainmem.memory.search import max_micro_batch as search
         return max_micro_batch_json(ts, *search(spec, ts))
-    return estimate_json(spec, ts, estimate(spec, ts), explain=bool(p.get("explain")))
+    return estimate_json(spec, ts, estimate(spec, ts), explain=bool(p.get("explain")), given=given)
 
 
 def _compare(p: dict[str, Any]) -> dict:
