@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trainmem.errors import ConfigError
+from trainmem.errors import ConfigError, UnsupportedError
 
 if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
@@ -453,6 +453,10 @@ def make_setup(**fields: object) -> TrainingSetup:
 def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
     """Checks that need the model: divisibility of heads, layers and experts."""
     a, kv = spec.num_attention_heads, spec.num_kv_heads
+    if spec.derived is not None:  # a family described from transformers itself (trainmem/model/derive.py)
+        why = spec.derived.unsupported(setup)
+        if why:
+            raise UnsupportedError(why)
     if a % setup.tp:
         raise ConfigError(f"tp({setup.tp}) does not divide num_attention_heads({a})")
     if setup.tp > 1 and kv % setup.tp and setup.tp % kv:

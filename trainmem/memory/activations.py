@@ -180,6 +180,18 @@ def _linear_inputs_saved(setup: TrainingSetup, n_consumers: int, width: int, te_
     return float(residual_bytes(setup) if setup.precision != "fp32" else 4) * width
 
 
+def derived_mode(setup: TrainingSetup) -> str:
+    """The precision class a derived layer description is measured in (trainmem/model/derive.py): ``amp``
+    (fp32 parameters under autocast), ``fp32``, or ``16`` (16-bit compute: pure bf16/fp16, FSDP2's param_dtype)."""
+    return "amp" if is_amp(setup) else ("fp32" if compute_bytes(setup) == 4 else "16")
+
+
+def derived_attn(setup: TrainingSetup) -> str:
+    """The attention a derived layer is measured with: flash-attn saves what CUDA's flash SDPA kernel saves
+    (q, k, v, output, logsumexp), so ``flash`` is measured as ``sdpa``."""
+    return "eager" if setup.attn == "eager" else "sdpa"
+
+
 def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: bool = False) -> LayerSaved:
     """Bytes one layer keeps for backward for one micro-batch on this rank, by term (no recompute).
 
@@ -192,6 +204,9 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
         from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
         if megatron_te_layer(spec):
             return megatron_layer_saved(spec, setup, layer_idx, fp8=fp8 or setup.precision == "fp8")
+    if spec.derived is not None:  # a family described from transformers itself (trainmem/model/derive.py)
+        return LayerSaved(tuple(Term(p.name, p.component, p.bytes_for(setup.micro_batch, setup.seq_len), False)
+                                for p in spec.derived.parts(derived_mode(setup), derived_attn(setup))))
     T = setup.micro_batch * setup.seq_len // setup.cp
     s = setup.seq_len // setup.cp
     b = setup.micro_batch
@@ -1117,6 +1132,9 @@ def recomputed_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> 
     LoRA: :func:`_lora_frozen` drops it from the terms. Other families: 0."""
     if setup.recompute != "full":
         return 0
+    if spec.derived is not None:  # measured (trainmem/model/derive.py)
+        return spec.derived.input_kept(derived_mode(setup), derived_attn(setup)).bytes_for(setup.micro_batch,
+                                                                                            setup.seq_len)
     mt, r = spec.model_type, residual_bytes(setup)
     held = r * spec.hidden_size * (setup.micro_batch * setup.seq_len // setup.cp) // (setup.tp if setup.sp else 1)
     if setup.engine == "megatron":
@@ -1197,6 +1215,8 @@ def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Tensors created once per forward and kept by every layer: rotary cos/sin (1, s, d) in the
     residual dtype (2 tensors). (Eager attention's additive causal mask (b, 1, s, s) is added, never
     saved: it lives only during the forward.)"""
+    if spec.derived is not None:  # measured: what the layers of a derived family share (trainmem/model/derive.py)
+        return spec.derived.wide(derived_mode(setup), derived_attn(setup)).bytes_for(setup.micro_batch, setup.seq_len)
     s = setup.seq_len // setup.cp
     out = 0
     if spec.position == "rope":

@@ -267,6 +267,8 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
         out.append(f"gpu memory {s.gpu_memory / 2**30:.2f} GiB (--gpu-memory), not the catalog's {s.gpu}")
     if spec.approximate_shape:
         out.append(f"{spec.name}: " + spec.source)
+    if spec.derived is not None:  # (trainmem/model/derive.py)
+        out.append(spec.derived.note)
     layerdrop = spec.hf_config.get("layerdrop") if spec.model_type == "opt" else None
     if isinstance(layerdrop, (int, float)) and not isinstance(layerdrop, bool) and layerdrop > 0:
         out.append(f"opt layerdrop {layerdrop}: every layer is counted (OPTDecoder skips each layer with that "

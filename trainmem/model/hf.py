@@ -838,8 +838,9 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*_BUILDERS, "gemma3"]))
 def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str = "") -> ModelSpec:
     """A ``ModelSpec`` with exact parameter counts for the HF ``config.json`` dict ``cfg``.
 
-    Raises ``UnsupportedError`` for a model_type outside ``SUPPORTED_MODEL_TYPES`` and
-    ``ConfigError`` (naming the key) for a malformed config.
+    A model_type outside ``SUPPORTED_MODEL_TYPES`` is described from transformers itself
+    (:func:`trainmem.model.derive.derive_spec`: needs torch; ``UnsupportedError`` without it, or where
+    transformers has no causal-LM class for it). ``ConfigError`` (naming the key) for a malformed config.
     """
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"a config must be a JSON object, got {type(cfg).__name__}")
@@ -855,9 +856,9 @@ def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str = "") 
         cfg = {**text, "model_type": "gemma3_text"}
         model_type, top_level, where = "gemma3_text", False, "config.json text_config"
     builder = _BUILDERS.get(str(model_type))
-    if builder is None:
-        raise UnsupportedError(f"model_type {model_type!r} is not supported; supported: "
-                               + ", ".join(SUPPORTED_MODEL_TYPES))
+    if builder is None:  # no description here: derive one from transformers itself (needs torch)
+        from trainmem.model.derive import derive_spec
+        return derive_spec(cfg, name=name, source=source, described=", ".join(SUPPORTED_MODEL_TYPES))
     c = _Config(cfg, str(model_type), where)
     spec = builder(c, name, source, top_level)
     _check_model(c, spec)

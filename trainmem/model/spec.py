@@ -145,6 +145,9 @@ class ModelSpec:
     """True for a bare size like ``7B``: counts are the requested size, the shape a Llama-2-style guess."""
     hf_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """The raw HF config dict, so the tracer can build the same model."""
+    derived: Any = field(default=None, compare=False, repr=False)
+    """For a family without a layer description here: its ``trainmem.model.derive.DerivedLayers`` (what a
+    layer saves, measured from transformers on demand; the engine paths it supports); None otherwise."""
 
     @property
     def output_size(self) -> int:

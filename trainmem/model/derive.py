@@ -1,0 +1,598 @@
+"""Describe an architecture trainmem has no hand-written layer description for, from ``transformers`` itself.
+
+Two measurements, both on tensors without data (so any size costs the same):
+
+1. **Parameters, exactly.** The ``*ForCausalLM`` class is built on the meta device
+   (``AutoModelForCausalLM.from_config`` under ``torch.device("meta")``) and its parameters are counted by
+   component: the input embedding, learned positions, each decoder layer (attention / MLP / norms by the
+   layer's children), the final norm, an untied head, the rest. Their sum is
+   ``sum(p.numel() for p in model.parameters())`` (tied weights once) by construction.
+2. **What a layer saves for backward.** A 3-layer copy of the config is run forward on fake tensors
+   (``torch._subclasses.FakeTensorMode``) with the tracer's CUDA emulations (fused SDPA kernels, CUDA
+   autocast lists and weight-cast cache, fused dropout: ``trainmem/trace``), and every tensor autograd
+   saves (``torch.autograd.graph.saved_tensors_hooks``) is recorded by storage while the middle layer runs,
+   by the layer's child that saved it. Storages that the neighbouring layers save too (rotary cos/sin,
+   masks) are the model-wide part; parameters and autocast's 16-bit weight copies are left out (the
+   estimator counts those from the parameter counts). Three runs — (b, s) = (1, s₁), (1, s₂), (2, s₁) —
+   give, per child, ``bytes = γ + b·(α·s + β·s²)``: a per-token term α, a quadratic term β (an eager s×s
+   softmax) and a constant γ.
+
+Results are cached per (config, precision class, attention) in this process and on disk
+(``$TRAINMEM_CACHE_DIR``, default ``~/.cache/trainmem/derived``; keyed by the config, transformers' and
+torch's versions). Needs the ``trace`` extra (torch, transformers); without it, one clear line.
+
+Known limitations: every decoder layer is taken to save what layer 1 saves (per-layer ``layer_types``
+alternating sliding / full attention are not told apart); mixture-of-experts layers (data-dependent
+routing) and encoder–decoder models are refused; tensor, pipeline, context and expert parallelism,
+Megatron, LoRA/QLoRA, selective recompute, fp8 and offload are refused until the family is described
+(the layer's sharding and op-level recompute need the structure, not only the sizes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainmem.errors import ConfigError, UnsupportedError
+from trainmem.model.spec import LayerParams, ModelSpec, ParamCounts
+
+if TYPE_CHECKING:
+    from trainmem.setup import TrainingSetup
+
+__all__ = ["DerivedLayers", "SavedPart", "derive_spec", "DERIVE_VERSION", "SEQ_LENS", "cache_dir"]
+
+DERIVE_VERSION = 1
+"""Bumped when the measurement changes (part of the disk-cache key)."""
+SEQ_LENS = (64, 128)
+"""The two sequence lengths of the fit (s₁, s₂)."""
+_PROBE_LAYERS = 3
+_DROP_KEYS = ("architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype", "auto_map",
+              "quantization_config")
+_ATTENTION_WORDS = ("attn", "attention")
+_MLP_WORDS = ("mlp", "ffn", "feed_forward", "feedforward")
+_REFUSED_AXES = ("tp", "pp", "cp", "ep")
+_MODES = {"fp32": ("float32", None), "16": ("bfloat16", None), "amp": ("float32", "bfloat16")}
+"""Precision class → (parameter dtype, autocast dtype) of the probe (fp16 saves what bf16 saves)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SavedPart:
+    """What one child of a decoder layer (or the model-wide set) saves for backward:
+    ``constant_bytes + b·(per_token_bytes·s + per_token_seq_bytes·s²)`` for a micro-batch of b sequences of s."""
+
+    name: str
+    """``derived:<child>`` (``self_attn``, ``mlp``, ``input_layernorm``, ...), ``mlp_down_input`` for the
+    input the MLP's output projection saves (released first in backward), ``derived:layer`` for what the
+    layer's own forward saves outside its children."""
+    component: str
+    """attention | mlp | norm"""
+    per_token_bytes: float
+    per_token_seq_bytes: float
+    constant_bytes: int
+
+    def bytes_for(self, b: int, s: int) -> int:
+        return int(round(self.constant_bytes + b * (self.per_token_bytes * s + self.per_token_seq_bytes * s * s)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    parts: tuple[SavedPart, ...]
+    wide: SavedPart
+    input_kept: SavedPart
+    """Of the parts, the layer's input itself (a checkpoint holds it already: not twice under recompute)."""
+
+
+def cache_dir() -> Path:
+    """Where derived layer descriptions are kept between runs."""
+    return Path(os.environ.get("TRAINMEM_CACHE_DIR") or Path.home() / ".cache" / "trainmem") / "derived"
+
+
+@dataclass
+class DerivedLayers:
+    """The derived part of a ``ModelSpec`` (``spec.derived``): what a layer saves, measured on demand."""
+
+    config: dict[str, Any]
+    model_type: str
+    architecture: str
+    _probes: dict[tuple[str, str], _Probe] = field(default_factory=dict, repr=False)
+
+    @property
+    def key(self) -> str:
+        """sha256 of the config (sorted JSON) and the versions that shape the measurement."""
+        import torch
+        import transformers
+        blob = json.dumps([self.config, transformers.__version__, torch.__version__, DERIVE_VERSION],
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+    @property
+    def note(self) -> str:
+        return (f"{self.model_type}: derived from transformers ({self.architecture} on the meta device for exact "
+                f"parameters; layer 1 of a {_PROBE_LAYERS}-layer copy traced on fake tensors at s = "
+                f"{SEQ_LENS[0]}, {SEQ_LENS[1]} for what each layer saves, linear + quadratic in s); engine paths: "
+                "torch, fsdp2, deepspeed over data parallelism, recompute none or full (no tp/pp/cp/ep, megatron, "
+                "LoRA, selective recompute, fp8 or offload until the family is described)")
+
+    def unsupported(self, setup: "TrainingSetup") -> str | None:
+        """Why ``setup`` cannot be estimated for this derived model (one line), or None."""
+        for axis in _REFUSED_AXES:
+            if getattr(setup, axis) > 1:
+                return (f"{axis}({getattr(setup, axis)}) > 1 is not modelled for {self.model_type}: its layer "
+                        "description is derived from transformers (sizes, not sharding); use dp only")
+        checks = ((setup.engine == "megatron", "the megatron engine"), (setup.is_lora, "LoRA/QLoRA"),
+                  (setup.recompute == "selective", "--recompute selective"),
+                  (setup.precision == "fp8", "fp8"), (setup.offload != "none", f"offload {setup.offload}"),
+                  (bool(getattr(setup, "offload_activations", False)), "--offload-activations"))
+        for bad, what in checks:
+            if bad:
+                return (f"{what} is not modelled for {self.model_type} (a layer description derived from "
+                        "transformers): use torch, fsdp2 or deepspeed without it")
+        return None
+
+    def parts(self, mode: str, attn: str) -> tuple[SavedPart, ...]:
+        """Per-layer saved parts for a precision class (``fp32`` | ``16`` | ``amp``) and an attention."""
+        return self._probe(mode, attn).parts
+
+    def wide(self, mode: str, attn: str) -> SavedPart:
+        """Tensors created once per forward and saved by every layer (rotary cos/sin, masks)."""
+        return self._probe(mode, attn).wide
+
+    def input_kept(self, mode: str, attn: str) -> SavedPart:
+        """What the layer saves that is its input tensor itself."""
+        return self._probe(mode, attn).input_kept
+
+    def _probe(self, mode: str, attn: str) -> _Probe:
+        got = self._probes.get((mode, attn))
+        if got is None:
+            got = _cached_probe(self, mode, attn)
+            self._probes[(mode, attn)] = got
+        return got
+
+
+# --------------------------------------------------------------------------- torch side
+def _import_torch() -> tuple[Any, Any]:
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        return None, None
+    return torch, transformers
+
+
+def _hf_config(transformers: Any, cfg: Mapping[str, Any], model_type: str, layers: int | None = None) -> Any:
+    """The transformers config object for ``cfg`` (``layers``: a truncated copy; per-layer lists cut)."""
+    raw = copy.deepcopy(dict(cfg))
+    raw.pop("model_type", None)
+    for k in _DROP_KEYS:
+        raw.pop(k, None)
+    if layers is not None:
+        n = next((raw[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(raw.get(k), int)),
+                 None)
+        for k, v in list(raw.items()):
+            if isinstance(v, list) and n is not None and len(v) == n:
+                raw[k] = v[:layers]
+        key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers") if k in raw), "num_hidden_layers")
+        raw[key] = layers
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **raw)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"config.json (model_type {model_type!r}): transformers refuses it: "
+                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    config.use_cache = False
+    return config
+
+
+def _causal_lm_class(transformers: Any, model_type: str, described: str) -> str:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    if not name or not hasattr(transformers, name):
+        raise UnsupportedError(
+            f"model_type {model_type!r} is not supported: transformers {transformers.__version__} has no causal-LM "
+            f"class for it to derive a description from (encoder-decoder, vision or unknown); described: {described}")
+    return name
+
+
+def _build(transformers: Any, torch: Any, config: Any, architecture: str, *, dtype: Any = None,
+           attn: str | None = None) -> Any:
+    cls = getattr(transformers, architecture)
+    kwargs: dict[str, Any] = {}
+    if attn is not None:
+        kwargs["attn_implementation"] = attn
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        return cls._from_config(config, **kwargs)
+    except (ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"transformers cannot build {architecture} from this config: {msg}") from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def _decoder_layers(torch: Any, model: Any, n: int) -> Any:
+    """The ModuleList of the ``n`` decoder layers (the one of that length holding the most parameters)."""
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
+    if not lists:
+        raise UnsupportedError(f"{type(model).__name__}: no list of {n} decoder layers found to derive from")
+    return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
+
+
+def _component(name: str, module: Any) -> str:
+    low = name.lower()
+    if any(w in low for w in _ATTENTION_WORDS):
+        return "attention"
+    if any(w in low for w in _MLP_WORDS):
+        return "mlp"
+    return "norm"
+
+
+def _is_matmul(torch: Any, module: Any) -> bool:
+    return isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+def _layer_params(torch: Any, layer: Any) -> LayerParams:
+    """A decoder layer's parameters by child: attention / MLP / the rest (norms); matmul weights apart."""
+    by: dict[str, int] = {"attention": 0, "mlp": 0, "norm": 0}
+    seen: set[int] = set()
+    for child_name, child in layer.named_children():
+        comp = _component(child_name, child)
+        for p in child.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                by[comp] += p.numel()
+    for p in layer.parameters():  # the layer's own parameters (scales, gates)
+        if id(p) not in seen:
+            seen.add(id(p))
+            by["norm"] += p.numel()
+    matmul = sum(m.weight.numel() for m in layer.modules() if _is_matmul(torch, m))
+    return LayerParams(attention=by["attention"], norms=by["norm"], mlp=by["mlp"], matmul=matmul)
+
+
+def _param_counts(torch: Any, model: Any, n_layers: int) -> tuple[ParamCounts, bool, Any]:
+    """(counts by component, tied head, the layer list) of a meta-device model."""
+    layers = _decoder_layers(torch, model, n_layers)
+    emb = model.get_input_embeddings()
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is emb.weight
+    in_layers = {id(p) for p in layers.parameters()}
+    in_emb = {id(p) for p in emb.parameters()}
+    in_head = {id(p) for p in head.parameters()} if head is not None else set()
+    position = final_norm = other = 0
+    for name, module in model.named_modules():
+        for p in module.parameters(recurse=False):
+            if id(p) in in_layers or id(p) in in_emb or id(p) in in_head:
+                continue
+            if isinstance(module, torch.nn.Embedding):
+                position += p.numel()
+            elif "norm" in type(module).__name__.lower() or "norm" in name.lower():
+                final_norm += p.numel()
+            else:
+                other += p.numel()
+    lm_head = 0 if tied or head is None else sum(p.numel() for p in head.parameters() if id(p) not in in_emb)
+    counts = ParamCounts(
+        embedding=sum(p.numel() for p in emb.parameters()), position_embedding=position,
+        layers=tuple(_layer_params(torch, layer) for layer in layers), final_norm=final_norm, lm_head=lm_head,
+        other=other)
+    total = sum(p.numel() for p in model.parameters())
+    if counts.total != total:  # pragma: no cover - a parameter counted twice or missed
+        raise RuntimeError(f"derive: components sum to {counts.total:,}, the model has {total:,}")
+    return counts, tied, layers
+
+
+class _Owner:
+    """Who is running in the probe's forward: the decoder layer, its child (and the order children ran in),
+    whether the MLP's output projection runs, whether the attention core (softmax / SDPA) has returned."""
+
+    def __init__(self) -> None:
+        self.layer: int | None = None
+        self.child: str | None = None
+        self.down = False
+        self.after_core = False
+        self.order: dict[str, int] = {}
+        self.inputs: dict[int, int] = {}
+        """Storage of each layer's input hidden states (what a checkpoint of the layer holds)."""
+
+    def enter_layer(self, i: int) -> None:
+        self.layer, self.child, self.down, self.after_core = i, None, False, False
+
+    def enter_child(self, name: str) -> None:
+        self.child, self.down, self.after_core = name, False, False
+        self.order.setdefault(name, len(self.order))
+
+    def leave(self) -> None:
+        self.child, self.down = None, False
+
+    def leave_layer(self) -> None:
+        self.layer, self.child = None, None
+
+
+def _core_watch(torch: Any, owner: _Owner) -> Any:
+    """A TorchFunctionMode that marks the end of the attention core (a softmax or an SDPA call returning)."""
+    from torch.overrides import TorchFunctionMode
+
+    class _CoreWatch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            out = func(*args, **(kwargs or {}))
+            if getattr(func, "__name__", "") in ("softmax", "scaled_dot_product_attention") and owner.child \
+                    and _component(owner.child, None) == "attention":
+                owner.after_core = True
+            return out
+
+    return _CoreWatch()
+
+
+def _enter_layer(owner: _Owner, i: int, args: tuple, kwargs: dict) -> None:
+    x = args[0] if args else kwargs.get("hidden_states")
+    if x is not None and hasattr(x, "untyped_storage"):
+        owner.inputs[i] = id(x.untyped_storage())
+    owner.enter_layer(i)
+
+
+def _hook_layers(torch: Any, layers: Any, owner: _Owner) -> list[Any]:
+    handles = []
+    for i, layer in enumerate(layers):
+        handles.append(layer.register_forward_pre_hook(lambda m, a, k, i=i: _enter_layer(owner, i, a, k),
+                                                       with_kwargs=True))
+        handles.append(layer.register_forward_hook(lambda *_: owner.leave_layer()))
+        for name, child in layer.named_children():
+            handles.append(child.register_forward_pre_hook(lambda *_, n=name: owner.enter_child(n)))
+            handles.append(child.register_forward_hook(lambda *_: owner.leave()))
+            if _component(name, child) == "mlp":
+                linears = [m for m in child.modules() if _is_matmul(torch, m)]
+                if linears:  # the MLP's output projection: the last matmul it registers
+                    handles.append(linears[-1].register_forward_pre_hook(lambda *_: setattr(owner, "down", True)))
+                    handles.append(linears[-1].register_forward_hook(lambda *_: setattr(owner, "down", False)))
+    return handles
+
+
+def _part_name(owner: _Owner, child: str | None, down: bool, after_core: bool) -> str:
+    """The walk's bucket for a saved tensor (memory/plan.py ``_layer_parts``), by when backward releases it:
+    ``mlp_down_input`` first (the MLP's output projection's input, and norms that run after the MLP),
+    ``derived:mlp`` with the MLP (and norms between attention and MLP), ``o_input`` before the attention core's
+    backward (what attention saves after its core: o_proj's input, P·V's probabilities and v), the rest of
+    attention, ``input_norm`` (norms before attention) last."""
+    if child is None:
+        return "derived:layer"
+    comp = _component(child, None)
+    if comp == "mlp":
+        return "mlp_down_input" if down else "derived:mlp"
+    if comp == "attention":
+        return "o_input" if after_core else "derived:attention"
+    where = owner.order.get(child, 0)
+    attn = min((k for n, k in owner.order.items() if _component(n, None) == "attention"), default=None)
+    mlp = min((k for n, k in owner.order.items() if _component(n, None) == "mlp"), default=None)
+    if mlp is not None and where > mlp and (attn is None or where > attn):
+        return "mlp_down_input"
+    if attn is not None and where > attn:
+        return "derived:mlp"
+    return "input_norm"
+
+
+_COMPONENT_OF = {"mlp_down_input": "mlp", "derived:mlp": "mlp", "o_input": "attention",
+                 "derived:attention": "attention", "input_norm": "norm", "derived:layer": "norm"}
+
+
+def _probe_forward(torch: Any, model: Any, layers: Any, vocab: int, b: int, s: int, amp: Any,
+                   copies: set[int]) -> tuple[dict[str, int], int, int]:
+    """One forward of the probe model: {part name: bytes the middle layer saves}, model-wide bytes, and the
+    bytes of its saved tensors that are its input itself."""
+    owner = _Owner()
+    per_layer: list[dict[int, tuple[str | None, bool, bool, int]]] = [{} for _ in layers]
+    handles = _hook_layers(torch, layers, owner)
+    params = {id(p.untyped_storage()) for p in model.parameters()}
+    kept: list[Any] = []
+
+    def pack(t: Any) -> Any:
+        kept.append(t)
+        i = owner.layer
+        if i is not None:
+            st = t.untyped_storage()
+            sid = id(st)
+            if sid not in params and sid not in copies and sid not in per_layer[i]:
+                per_layer[i][sid] = (owner.child, owner.down, owner.after_core, st.nbytes())
+        return t
+
+    ids = torch.randint(0, vocab, (b, s))
+    try:
+        with _core_watch(torch, owner), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            with torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext():
+                out = model(input_ids=ids, labels=ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    shared = set(per_layer[0]) | set(per_layer[2])
+    parts: dict[str, int] = {}
+    wide = 0
+    own_input = sum(n for sid, (*_, n) in per_layer[1].items() if sid == owner.inputs.get(1))
+    for sid, (child, down, after, n) in per_layer[1].items():
+        if sid in shared:
+            wide += n
+        else:
+            name = _part_name(owner, child, down, after)
+            parts[name] = parts.get(name, 0) + n
+    del out, kept
+    return parts, wide, own_input
+
+
+def _fit(name: str, component: str, f11: int, f12: int, f21: int) -> SavedPart:
+    """``γ + b·(α·s + β·s²)`` through (b, s) = (1, s₁) → f11, (1, s₂) → f12, (2, s₁) → f21."""
+    s1, s2 = SEQ_LENS
+    per_seq1 = f21 - f11                  # b-part at s₁: α·s₁ + β·s₁²
+    gamma = f11 - per_seq1
+    per_seq2 = f12 - gamma                # α·s₂ + β·s₂²
+    beta = (per_seq2 / s2 - per_seq1 / s1) / (s2 - s1)
+    alpha = per_seq1 / s1 - beta * s1
+    if abs(beta) < 1e-9:
+        beta = 0.0
+    return SavedPart(name, component, alpha, beta, int(gamma))
+
+
+def _measure(d: DerivedLayers, mode: str, attn: str) -> _Probe:
+    """Run the probe model three times on fake tensors with the tracer's CUDA emulations and fit the parts."""
+    torch, transformers = _import_torch()
+    if torch is None:
+        raise UnsupportedError(_needs_torch(d.model_type))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from trainmem.trace.autocast import cuda_autocast
+    from trainmem.trace.dropout import cuda_dropout
+    from trainmem.trace.hf_eager import eager_branches
+    from trainmem.trace.sdpa import cuda_sdpa
+
+    param_dtype, amp_name = _MODES[mode]
+    amp = getattr(torch, amp_name) if amp_name else None
+    config = _hf_config(transformers, d.config, d.model_type, layers=_PROBE_LAYERS)
+    vocab = int(getattr(config, "vocab_size", 0) or 0) or 2
+    runs: list[tuple[dict[str, int], int, int]] = []
+    copies: set[int] = set()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(FakeTensorMode())
+        stack.enter_context(cuda_dropout())
+        stack.enter_context(cuda_sdpa())
+        stack.enter_context(cuda_autocast(lambda t: copies.add(id(t.untyped_storage()))))
+        stack.enter_context(eager_branches())
+        model = _build(transformers, torch, config, d.architecture, dtype=getattr(torch, param_dtype), attn=attn)
+        model.train()
+        layers = _decoder_layers(torch, model, _PROBE_LAYERS)
+        s1, s2 = SEQ_LENS
+        for b, s in ((1, s1), (1, s2), (2, s1)):
+            copies.clear()
+            runs.append(_probe_forward(torch, model, layers, vocab, b, s, amp, copies))
+            torch.clear_autocast_cache()
+    names = sorted({n for parts, _, _ in runs for n in parts})
+    fitted = tuple(_fit(n, _COMPONENT_OF[n], *(parts.get(n, 0) for parts, _, _ in runs)) for n in names)
+    wide = _fit("derived:model_wide", "norm", *(w for _, w, _ in runs))
+    return _Probe(fitted, wide, _fit("derived:input_kept", "norm", *(k for _, _, k in runs)))
+
+
+def _cached_probe(d: DerivedLayers, mode: str, attn: str) -> _Probe:
+    """The probe from the disk cache, or measured and stored there (a cache that cannot be written is skipped)."""
+    if _import_torch()[0] is None:
+        raise UnsupportedError(_needs_torch(d.model_type))
+    path = cache_dir() / f"{d.key}-{mode}-{attn}.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return _Probe(tuple(SavedPart(**p) for p in raw["parts"]), SavedPart(**raw["wide"]),
+                      SavedPart(**raw["input_kept"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    probe = _measure(d, mode, attn)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"parts": [_as_dict(p) for p in probe.parts], "wide": _as_dict(probe.wide),
+                                   "input_kept": _as_dict(probe.input_kept)}), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass
+    return probe
+
+
+def _as_dict(p: SavedPart) -> dict[str, Any]:
+    return {"name": p.name, "component": p.component, "per_token_bytes": p.per_token_bytes,
+            "per_token_seq_bytes": p.per_token_seq_bytes, "constant_bytes": p.constant_bytes}
+
+
+def _needs_torch(model_type: str) -> str:
+    return (f"model_type {model_type!r} has no layer description in trainmem; deriving one from transformers "
+            "needs torch and transformers: pip install 'trainmem[trace]'")
+
+
+def _first_attr(config: Any, *names: str, default: Any = None) -> Any:
+    for n in names:
+        v = getattr(config, n, None)
+        if v is not None:
+            return v
+    return default
+
+
+def _mlp_shape(torch: Any, layer: Any) -> tuple[int, bool]:
+    """(MLP width, gated): the output projection's input features, and whether the other projections
+    make twice that (gate and up, fused or not)."""
+    for name, child in layer.named_children():
+        if _component(name, child) != "mlp":
+            continue
+        linears = [m for m in child.modules() if _is_matmul(torch, m)]
+        if not linears:
+            break
+        down = linears[-1]
+        width = int(down.in_features if hasattr(down, "in_features") else down.weight.shape[0])
+        made = sum(int(m.out_features if hasattr(m, "out_features") else m.weight.shape[1]) for m in linears[:-1])
+        return width, made >= 2 * width
+    return 0, False
+
+
+def _rotary_dim(config: Any, head_dim: int) -> int | None:
+    factor = getattr(config, "partial_rotary_factor", None)
+    params = getattr(config, "rope_parameters", None)
+    if factor is None and isinstance(params, Mapping):
+        factor = params.get("partial_rotary_factor")
+    if isinstance(factor, (int, float)) and not isinstance(factor, bool) and 0 < factor < 1:
+        return 2 * ((int(head_dim * factor) + 1) // 2)
+    return None
+
+
+def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", described: str = "") -> ModelSpec:
+    """A ``ModelSpec`` for a config whose family trainmem does not describe, from transformers itself:
+    exact parameter counts from a meta-device build; ``spec.derived`` measures the layers on demand.
+
+    Raises ``UnsupportedError`` (one line) without torch/transformers, for a model_type transformers has
+    no causal-LM class for, and for mixture-of-experts layers; ``ConfigError`` where transformers refuses
+    the config."""
+    model_type = str(cfg.get("model_type"))
+    torch, transformers = _import_torch()
+    if torch is None:
+        raise UnsupportedError(_needs_torch(model_type) + (f" (described: {described})" if described else ""))
+    architecture = _causal_lm_class(transformers, model_type, described)
+    config = _hf_config(transformers, cfg, model_type)
+    n_layers = _first_attr(config, "num_hidden_layers", "n_layer", "num_layers")
+    if not isinstance(n_layers, int) or n_layers < 1:
+        raise ConfigError(f"config.json (model_type {model_type!r}) lacks 'num_hidden_layers'")
+    from trainmem.model.hf import MAX_LAYERS
+    if n_layers > MAX_LAYERS:
+        raise ConfigError(f"config.json: num_hidden_layers({n_layers:,}) is above trainmem's limit of {MAX_LAYERS:,}")
+    with torch.device("meta"):
+        model = _build(transformers, torch, config, architecture)
+    if any("expert" in n.lower() for n, _ in model.named_modules()):
+        raise UnsupportedError(f"model_type {model_type!r}: mixture-of-experts layers are not derived from "
+                               "transformers (routing is data-dependent); this family needs a description")
+    counts, tied, layers = _param_counts(torch, model, n_layers)
+    h = int(_first_attr(config, "hidden_size", "n_embd", "d_model"))
+    heads = int(_first_attr(config, "num_attention_heads", "n_head", default=1))
+    kv = int(_first_attr(config, "num_key_value_heads", "num_kv_heads", default=heads))
+    head_dim = int(_first_attr(config, "head_dim", default=h // heads))
+    width, gated = _mlp_shape(torch, layers[0])
+    names = {type(m).__name__.lower() for m in model.modules()}
+    if counts.position_embedding:
+        position = "learned"
+    elif any("rotary" in n for n in names):
+        position = "rope"
+    else:
+        position = "alibi" if (getattr(config, "alibi", False) or model_type == "bloom") else "none"
+    final_norms = [type(m).__name__.lower() for n, m in model.named_modules() if "norm" in type(m).__name__.lower()]
+    from trainmem.model.hf import KNOWN_ACTIVATIONS
+    act = str(_first_attr(config, "hidden_act", "hidden_activation", "activation_function", default="silu"))
+    return ModelSpec(
+        name=name, model_type=model_type, architecture=architecture, hidden_size=h, num_layers=n_layers,
+        num_attention_heads=heads, num_kv_heads=kv, head_dim=head_dim, v_head_dim=head_dim,
+        intermediate_size=width or 4 * h, vocab_size=int(_first_attr(config, "vocab_size")),
+        tie_word_embeddings=tied, mlp_gated=gated, hidden_act=act if act in KNOWN_ACTIVATIONS else "silu",
+        norm="rmsnorm" if final_norms and "rms" in final_norms[-1] else "layernorm", position=position,
+        max_position_embeddings=int(_first_attr(config, "max_position_embeddings", "n_positions", "seq_length",
+                                                default=2**20)),
+        rotary_dim=_rotary_dim(config, head_dim) if position == "rope" else None,
+        params=counts, source=source, hf_config=dict(cfg),
+        derived=DerivedLayers(config=_clean(cfg), model_type=model_type, architecture=architecture))
+
+
+def _clean(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in cfg.items() if k not in _DROP_KEYS}
