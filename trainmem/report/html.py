@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from html import escape
 from pathlib import Path
@@ -19,7 +20,7 @@ from trainmem.report import charts
 from trainmem.report.i18n import t, tr
 from trainmem.units import GB, GiB
 
-__all__ = ["estimate_summary", "estimate_section", "compare_section", "plan_section", "trace_section", "doctor_section",
+__all__ = ["estimate_summary", "fix_paragraph", "estimate_section", "compare_section", "plan_section", "trace_section", "doctor_section",
            "estimate_figures", "compare_figures", "plan_figures", "doctor_figures", "document",
            "estimate_report_html", "plan_report_html", "doctor_report_html", "write_report", "CAUSE_NAMES",
            "STATIC_CATEGORIES"]
@@ -52,16 +53,26 @@ def _gib(n: int | float) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]], cls: str = "", testid: str = "") -> str:
-    """A table; cells are already HTML (escape text before); a cell starting with a digit, sign or
-    ``−`` is right-aligned."""
+    """A table; cells are already HTML (escape text before); a cell that is a number (with a sign, a unit,
+    ``a / b`` or ``a×b``: :func:`is_number_cell`) is right-aligned, text is not, even when it starts with a
+    digit ("8-bit AdamW")."""
     head = "".join(f"<th>{h}</th>" for h in headers)
     body = []
     for row in rows:
-        cells = "".join(f'<td class="num">{c}</td>' if c[:1].isdigit() or c[:1] in "+-−" else f"<td>{c}</td>"
-                        for c in row)
+        cells = "".join(f'<td class="num">{c}</td>' if is_number_cell(c) else f"<td>{c}</td>" for c in row)
         body.append(f"<tr>{cells}</tr>")
     tid = f' data-testid="{_e(testid)}"' if testid else ""
     return f'<table class="{_e(cls)}"{tid}><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+_NUMBER = re.compile(r"[+\-−]?[\d,]*\.?\d+(?:e[+\-]?\d+)?(?:\s*(?:%|s|GiB|GB|MiB))?"
+                     r"(?:\s*[/×]\s*[\d,]*\.?\d+(?:\s*(?:%|s|GiB|GB|MiB))?)?")
+
+
+def is_number_cell(cell: str) -> bool:
+    """True for a cell that shows a number: ``74.64``, ``+26.77``, ``-0.4 %``, ``1.032 s``, ``53.2 / 79.2``,
+    ``2×4``."""
+    return _NUMBER.fullmatch(cell.strip()) is not None
 
 
 def _list(items: list[str], lang: str, cls: str = "notes") -> str:
@@ -137,9 +148,20 @@ def _explain_tables(explain: dict, lang: str) -> str:
     return "".join(out)
 
 
-def estimate_summary(est: dict, lang: str = "en") -> str:
-    """The verdict (fits or not, the peak's phase) and the four key figures."""
-    return _verdict(est, lang) + _key_numbers(est, lang)
+def fix_paragraph(est: dict, model: str, given: dict, lang: str = "en") -> str:
+    """For a run that does not fit (``est["cheapest_fix"]`` set by ``estimate --json``): the cheapest fix that
+    fits, and the command that runs it; "" otherwise."""
+    if est.get("fits", True) or "cheapest_fix" not in est:
+        return ""
+    from trainmem.report.table import fix_lines
+    head, cmd = fix_lines(est["cheapest_fix"], model, given, lang)
+    code = f'<br><code data-testid="fix-command">{_e(cmd)}</code>' if cmd else ""
+    return f'<p class="fix" data-testid="fix">{_e(head)}{code}</p>'
+
+
+def estimate_summary(est: dict, lang: str = "en", fix: str = "") -> str:
+    """The verdict (fits or not, the peak's phase), ``fix`` (:func:`fix_paragraph`) and the four key figures."""
+    return _verdict(est, lang) + fix + _key_numbers(est, lang)
 
 
 def estimate_section(est: dict, lang: str = "en", explain: dict | None = None, with_setup: bool = True,
@@ -177,8 +199,10 @@ def compare_section(cmp: dict, lang: str = "en") -> str:
            _table(headers, rows, "compare", "compare-table")]
     if cmp.get("not_applicable"):
         out.append(f"<h3>{_e(tr('Not applicable to this setup', lang))}</h3>")
-        out.append('<ul class="notes">' + "".join(f"<li><b>{_e(tr(n['technique'], lang))}</b>: {_e(tr(n['reason'], lang))}</li>"
-                                                 for n in cmp["not_applicable"]) + "</ul>")
+        colon = "：" if lang == "zh" else ": "
+        out.append('<ul class="notes">' + "".join(f"<li><b>{_e(tr(n['technique'], lang))}</b>{colon}"
+                                                 f"{_e(tr(n['reason'], lang))}</li>" for n in cmp["not_applicable"])
+                   + "</ul>")
     return "".join(out)
 
 

@@ -108,7 +108,10 @@ def _view(command: str, body: dict, result: dict) -> dict:
         est = result.get("estimate") if "max_micro_batch" in result else result
         if est is None:
             return {"summary": "", "html": "", "figures": {}}
-        return {"summary": h.estimate_summary(est, lang),
+        from trainmem.cli_options import SETUP_FIELDS
+        given = {k: body[k] for k in SETUP_FIELDS if body.get(k) not in (None, "", False)}
+        model = body.get("model") if isinstance(body.get("model"), str) else "config.json"
+        return {"summary": h.estimate_summary(est, lang, h.fix_paragraph(est, str(model), given, lang)),
                 "html": h.estimate_section(est, lang, explain=result.get("explain"), with_setup=False, with_summary=False),
                 "figures": h.estimate_figures(est, lang)}
     if command == "compare":
