@@ -76,7 +76,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("lora_targets", _S, "--lora-targets", "comma list of module names (PEFT's), or all-linear"),
     ("qlora", _B, "--qlora", "NF4 base weights (needs --lora-rank)"),
     ("qlora_impl", _S, "--qlora-impl", "with --qlora: bnb (bitsandbytes, HF/PEFT/axolotl) | torchao (NF4Tensor, "
-                                       "torchtune) [bnb]"),
+                                       "torchtune) | bnb-legacy (bitsandbytes < 0.43.2: keeps each 4-bit linear's "
+                                       "16-bit input) [bnb]"),
     ("gpu", _S, "--gpu", "GPU name [H100-SXM-80G] (trainmem gpus)"),
     ("gpu_memory", _S, "--gpu-memory", "memory of the GPU, e.g. 96GiB or 94GB (overrides the catalog's)"),
 )

@@ -52,6 +52,7 @@ optimizer_in_backward False        torch, one GPU: each parameter stepped and it
 lora_rank          0               0 = full fine-tuning
 qlora              False           NF4 base weights (needs lora_rank > 0)
 qlora_impl         bnb (qlora)     bnb (bitsandbytes Params4bit: quant state replicated under FSDP) | torchao (NF4Tensor)
+                                   | bnb-legacy (bitsandbytes < 0.43.2: MatMul4Bit keeps its 16-bit input)
 gpu                H100-SXM-80G    a name from the hardware catalog
 gpu_memory         catalog's       bytes of memory of the GPU (overrides the catalog)
 =================  ==============  ==========================================================
@@ -190,12 +191,13 @@ class TrainingSetup(BaseModel):
     lora_rank: int = Field(0, ge=0)
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     qlora: bool = False
-    qlora_impl: Literal["bnb", "torchao"] | None = None
+    qlora_impl: Literal["bnb", "bnb-legacy", "torchao"] | None = None
     """With ``qlora``: whose NF4 weights. ``bnb`` (default; HF/PEFT, TRL, axolotl, LLaMA-Factory, fsdp_qlora):
     bitsandbytes ``Params4bit`` — under FSDP only the packed 4-bit data is a parameter (``bnb_4bit_quant_storage``),
     sharded and all-gathered, while the ``quant_state`` (absmax, nested absmax) is plain tensor state that every
     rank keeps whole; ``torchao`` (torchtune): ``NF4Tensor``, whose ``fsdp_pre_all_gather`` shards and gathers the
-    packed data with its scalers (torchao/dtypes/nf4tensor.py)."""
+    packed data with its scalers (torchao/dtypes/nf4tensor.py); ``bnb-legacy``: bitsandbytes before 0.43.2, whose
+    ``MatMul4Bit`` also keeps each 4-bit linear's 16-bit input for backward (trainmem/memory/bnb_legacy.py)."""
     gpu: str = "H100-SXM-80G"
     gpu_memory: int | None = Field(None, ge=1)
     notes: tuple[str, ...] = Field((), exclude=True)
@@ -343,7 +345,27 @@ class TrainingSetup(BaseModel):
             raise ValueError("--qlora computes in 16 bits; use amp-bf16 or bf16")
         if not self.lora_targets:
             raise ValueError("lora_targets is empty")
+        self._check_adapters_and_offload()
         return self
+
+    def _check_adapters_and_offload(self) -> None:
+        """``adapter_dtype`` needs LoRA and a base of that dtype (default fp32 with LoRA); activation offloading
+        is modelled for one rank's plain loop and FSDP2 (pp 1)."""
+        p = self.precision
+        if self.adapter_dtype is not None and not self.lora_rank:
+            raise ValueError(f"--adapter-dtype {self.adapter_dtype} needs LoRA (--lora-rank > 0)")
+        if self.lora_rank and self.adapter_dtype is None:
+            object.__setattr__(self, "adapter_dtype", "fp32")
+        if self.adapter_dtype == "bf16" and self.engine == "deepspeed":
+            raise ValueError("--adapter-dtype: deepspeed casts the whole model (adapters included) to 16 bits and keeps "
+                             "fp32 masters itself; the adapter dtype is a torch/fsdp2 choice")
+        if self.adapter_dtype == "bf16" and p not in ("bf16", "amp-bf16"):
+            raise ValueError(f"--adapter-dtype bf16 keeps the adapters in the base's dtype: it needs a bf16 base "
+                             f"(--precision bf16 or amp-bf16), not {p}")
+        if self.offload_activations:
+            if self.engine not in ("torch", "fsdp2") or self.pp > 1:
+                raise ValueError("--offload-activations (torchtune/TRL OffloadActivations) is modelled for --engine "
+                                 "torch or fsdp2 without pipeline parallelism")
 
     def _check_recompute_layers(self) -> None:
         if self.recompute != "full":

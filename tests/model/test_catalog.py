@@ -69,6 +69,9 @@ PUBLISHED_TOTALS = {
     "gemma-3-27b": 27_009_346_304,
     "deepseek-v2": 235_741_434_880,  # 236B total, 21B active
     "yi-34b": 34_388_917_248,  # 34B (34.4B)
+    # 32 x (q 4096^2 + k,v 2 x 4096x512 + o 4096^2 + 3 x 4096x11008 + 2 x 4096) + 2 x 64000x4096 + 4096
+    "yi-6b": 6_061_035_520,  # 6B (6.06B)
+    "qwen-7b": 7_721_324_544,  # 7.7B; Qwen1 remote code, counted by hand in test_qwen1_7b_count_by_hand
     "smollm2-1.7b": 1_711_376_384,  # 1.7B (1.71B)
     # OpenAI's model card gives these to 10 M (test_gpt_oss_totals_match_the_model_card): transformers' build
     "gpt-oss-20b": 20_914_757_184,
@@ -87,7 +90,11 @@ NAMES = [e.name for e in list_models()]
 GPT_OSS_NAMES = [n for n in NAMES if load_catalog_spec(n).model_type == "gpt_oss"]
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in GPT_OSS_NAMES])
+#: Remote-code families transformers has no class for (Qwen1's QWenLMHeadModel): counted by hand below.
+REMOTE_CODE_NAMES = [n for n in NAMES if load_catalog_spec(n).model_type == "qwen"]
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in GPT_OSS_NAMES and n not in REMOTE_CODE_NAMES])
 def test_catalog_model_matches_transformers(name):
     assert_matches_transformers(load_catalog_spec(name))
 
@@ -257,3 +264,16 @@ def test_moe_active_parameters_match_the_model_cards():
         active = sum(lp.attention + lp.norms + lp.router + lp.mlp + lp.shared_experts + lp.experts * k // e
                      for lp in spec.params.layers) + spec.params.final_norm + spec.params.lm_head
         assert round(active / 1e9) == round((active + spec.params.embedding) / 1e9) == card, name
+
+
+def test_qwen1_7b_count_by_hand():
+    """Qwen/Qwen-7B (modeling_qwen.py of the hub repo): wte and the untied lm_head 151,936 x 4,096 each; per block
+    ln_1 + ln_2 (2 x 4,096), c_attn 4,096 x 12,288 + 12,288 bias, c_proj 4,096 x 4,096 (no_bias), w1 and w2
+    4,096 x 11,008 and mlp.c_proj 11,008 x 4,096 (intermediate_size 22,016 // 2); ln_f 4,096."""
+    block = 2 * 4096 + 4096 * 12288 + 12288 + 4096 * 4096 + 3 * 4096 * 11008
+    assert block == 202_395_648
+    total = 2 * 151936 * 4096 + 32 * block + 4096
+    spec = load_catalog_spec("Qwen/Qwen-7B-Chat")
+    assert spec.n_params == total == 7_721_324_544
+    assert (spec.model_type, spec.architecture, spec.intermediate_size, spec.num_kv_heads) == ("qwen", "QWenLMHeadModel", 11008, 32)
+    assert not spec.logits_upcast and not spec.tie_word_embeddings

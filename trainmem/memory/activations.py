@@ -22,7 +22,7 @@ from trainmem.setup import TrainingSetup
 __all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
            "head_saved", "embedding_saved", "torch_cp", "plain_mlp_act_saved_per_elem", "relu2_backward_extra_per_elem",
            "plain_mlp_act_forward_extra_per_elem",
-           "recomputed_checkpoint_input_bytes", "checkpoint_input_elem_bytes", "opt_post_ln", "opt_proj_adapter_bytes", "opt_embed_proj_dim", "opt_final_layer_norm", "fused_attention_backward_bytes", "model_wide_saved_bytes", "lora_shapes", "lora_input_requires_grad", "lora_recompute_frame_bytes",
+           "recomputed_checkpoint_input_bytes", "checkpoint_input_elem_bytes", "opt_post_ln", "opt_proj_adapter_bytes", "opt_embed_proj_dim", "opt_final_layer_norm", "fused_attention_backward_bytes", "model_wide_saved_bytes", "lora_shapes", "adapters_16bit", "lora_input_requires_grad", "lora_recompute_frame_bytes",
            "lora_forward_frame_bytes", "lora_head_frame_bytes", "eager_softmax_bytes",
            "sink_attention_backward_bytes", "sink_attention_forward_peak_bytes", "gpt_oss_forward_peak_bytes",
            "gpt_oss_recompute_frame_bytes"]
@@ -223,7 +223,7 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
 
     te = te_fp8_linears(setup, fp8)
     norm_elem = _norm_saved_per_elem(spec, setup)
-    fused_qkv = mt in ("phi3", "gpt2", "gpt_neox", "falcon")
+    fused_qkv = mt in ("phi3", "gpt2", "gpt_neox", "falcon", "qwen")
     # --- attention block -----------------------------------------------------------------------
     add("input_norm", "norm", norm_elem * h, tp_split=False)
     if _layernorm1p(spec):  # input and post-attention LayerNorm1P: their weight + 1 (and bias) copies
@@ -259,6 +259,11 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
     _dropout_terms(spec, setup, add, s=s)
     if setup.is_lora:
         terms = _lora_terms(spec, setup, layer_idx, terms)
+    if setup.qlora and setup.qlora_impl == "bnb-legacy":  # bitsandbytes < 0.43.2 keeps each 4-bit linear's input
+        from trainmem.memory.bnb_legacy import legacy_matmul4bit_input_bytes_per_token
+        keeps_out = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup)
+        per_token = legacy_matmul4bit_input_bytes_per_token(spec, setup, layer_idx, keeps_out)
+        terms.append(Term("bnb_legacy_matmul4bit_input", "mlp", per_token * T, False))
     out: list[Term] = []
     for t in terms:
         # torch TP (fsdp2): PrepareModuleInput all-gathers the sequence-parallel norm output and the
@@ -278,8 +283,8 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
       which flash/efficient kernels already lay out as (b, s, a, d): no extra copy.
     - gpt2 (fused c_attn; training loop with use_cache=False): q, k, v are views of the fused output, so
       sdpa keeps the whole fused (b, s, 3h) tensor alive; eager reshapes them for bmm (copies) instead.
-    - gpt_neox, phi3 (fused qkv, rotary): q and k are new (rotary cat), v a view of the fused output,
-      which stays alive; dense reads a fresh contiguous copy of the attention output.
+    - gpt_neox, phi3, qwen (Qwen1's c_attn; fused qkv, rotary): q and k are new (rotary cat), v a view of
+      the fused output, which stays alive; dense reads a fresh contiguous copy of the attention output.
     Eager attention keeps the softmax output: fp32 (4 B per b·a·s² element) plus its 16-bit cast (2 B) in
     the llama-style ``softmax(..., dtype=float32).to(dtype)``; gpt2 and bert take softmax in the compute
     dtype (c B only).
@@ -311,11 +316,16 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
         if mt == "gpt2":
             # q, k and v are all views of c_attn's output: sdpa keeps the fused (b, s, 3h) tensor
             add("qkv_fused_out", "attention", c * (a * d + 2 * kv * d))
-        elif mt in ("gpt_neox", "phi3"):
+        elif mt in ("gpt_neox", "phi3", "qwen"):
             # rotary makes new q and k; v stays a view of the fused output, which stays alive whole
             add("q", "attention", c * a * d)
             add("k", "attention", c * kv * d)
             add("qkv_fused_out", "attention", c * (a * d + 2 * kv * d))
+            if mt == "qwen" and setup.attn == "sdpa":
+                # Qwen1 without flash-attn (modeling_qwen.py QWenAttention.forward): each layer expands the
+                # (b, 1, 1, s) padding mask to (b, 1, s, s) and masked_fill's the causal part (compute dtype);
+                # SDPA takes it as attn_mask (the memory-efficient kernel), which keeps it for backward
+                add("attn_mask", "attention", float(c) * s)
         else:
             add("q", "attention", c * a * d)
             add("k", "attention", c * kv_eff * d)
@@ -820,6 +830,12 @@ def lora_shapes(spec: ModelSpec, targets: tuple[str, ...], layer_idx: int = 0) -
     return [(lin.fin, lin.fout) for lin in targeted_layer_linears(spec, targets, layer_idx)]
 
 
+def adapters_16bit(setup: TrainingSetup) -> bool:
+    """LoRA adapters in the base's 16-bit dtype (``adapter_dtype`` bf16: torchtune, PEFT
+    ``autocast_adapter_dtype=False``): ``x.to(lora_A.weight.dtype)`` is x itself, autocast casts nothing."""
+    return setup.adapter_dtype == "bf16"
+
+
 def lora_input_requires_grad(setup: TrainingSetup) -> bool:
     """Whether the first layer's input requires grad under LoRA: only with gradient checkpointing, where
     PEFT users call ``enable_input_require_grads()`` (HF Trainer does); otherwise the frozen embedding's
@@ -981,6 +997,7 @@ def _lora_adapter_terms(spec: ModelSpec, setup: TrainingSetup, adapted) -> list[
     attention's backward (``o_input``, estimate.py ``_ATTN_EARLY``), the MLP output projection's first
     (``lora_down_input``, its ``prod`` part)."""
     amp, fp32 = is_amp(setup), setup.precision == "fp32"
+    a16 = adapters_16bit(setup)
     rank = setup.lora_rank
     T = setup.micro_batch * setup.seq_len // setup.cp
     kernel_keeps_out = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup)
@@ -993,11 +1010,12 @@ def _lora_adapter_terms(spec: ModelSpec, setup: TrainingSetup, adapted) -> list[
         elif lin.reads == "mlp_act":
             name_in = name_a = "lora_down_input"
             comp = "mlp"
-        if fp32:
+        if fp32 or a16:  # (adapters in the base's dtype: x is not cast, lora_A keeps x itself)
+            e = 2 if a16 else 4
             if lin.reads not in shared and not (lin.reads == "attn_out" and kernel_keeps_out):
-                out.append(Term(name_in, comp, 4 * lin.fin * T, False))
+                out.append(Term(name_in, comp, e * lin.fin * T, False))
             shared.add(lin.reads)
-            out.append(Term(name_a, comp, 4 * rank * T, False))
+            out.append(Term(name_a, comp, e * rank * T, False))
         elif amp:
             out.append(Term(name_in, comp, 2 * lin.fin * T, False))
             out.append(Term(name_a, comp, 2 * rank * T, False))
@@ -1032,13 +1050,15 @@ def _lora_inside_mlp_in(spec: ModelSpec, setup: TrainingSetup, adapted) -> int:
     if not wide:
         return 0
     h, c, i = spec.hidden_size, compute_bytes(setup), spec.intermediate_size
-    amp = is_amp(setup)
+    amp, a16 = is_amp(setup), adapters_16bit(setup)
     down = [lin for lin in adapted if lin.reads == "mlp_act"]
-    later = (2 if amp else 4) * down[0].fin if down else 0
+    later = (2 if amp or a16 else 4) * down[0].fin if down else 0
     if spec.model_type == "phi3":
         later += c * i
     elif spec.hidden_act == "gelu_new" and not spec.mlp_gated:
         later += 3 * c * i
+    if a16:  # 16-bit adapters: no fp32 copy of x, the adapter's output and its scaled copy 2·o each
+        return 4 * wide - later
     return (4 * h + 4 * wide if amp else 8 * wide) - later
 
 
@@ -1063,13 +1083,14 @@ def lora_recompute_frame_bytes(spec: ModelSpec, setup: TrainingSetup, layer_idx:
     T = setup.micro_batch * setup.seq_len // setup.cp
     h, c = spec.hidden_size, compute_bytes(setup)
     amp, fp32 = is_amp(setup), setup.precision == "fp32"
+    a16 = adapters_16bit(setup)
     adapted = targeted_layer_linears(spec, setup.lora_targets, layer_idx)
     per_token = _lora_mlp_frame_per_token(spec, setup, adapted)
     down = [lin for lin in adapted if lin.reads == "mlp_act"]
     if down:
         i = down[0].fin
-        per_token += 4 * h if fp32 else (c * h if amp else (4 + c) * h)
-        stop = (0 if fp32 or _relu_keeps_product(spec) else c * i) + c * h + (4 * i if amp else 0)
+        per_token += 4 * h if fp32 else (c * h if amp or a16 else (4 + c) * h)
+        stop = (0 if fp32 or _relu_keeps_product(spec) else c * i) + c * h + (4 * i if amp and not a16 else 0)
     else:
         stop = 0
     per_token += max(stop, _lora_inside_mlp_in(spec, setup, adapted), 0)
@@ -1093,12 +1114,13 @@ def lora_forward_frame_bytes(spec: ModelSpec, setup: TrainingSetup, layer_idx: i
     T = setup.micro_batch * setup.seq_len // setup.cp
     h, c, r = spec.hidden_size, compute_bytes(setup), residual_bytes(setup)
     amp, fp32 = is_amp(setup), setup.precision == "fp32"
+    a16 = adapters_16bit(setup)
     per_token = _lora_mlp_frame_per_token(spec, setup, adapted)
     stop = 0
     if down:
         i = down[0].fin
         product = 0 if fp32 or _relu_keeps_product(spec) else c * i
-        stop = product + (4 * i if amp else 0) + c * h + 2 * (2 if amp else 4) * h
+        stop = product + (4 * i if amp and not a16 else 0) + c * h + 2 * (2 if amp or a16 else 4) * h
     per_token += max(stop, _lora_inside_mlp_in(spec, setup, adapted))
     per_token += r * h * (1 if lora_input_requires_grad(setup) else 2)
     return per_token * T // (setup.tp if setup.sp else 1)

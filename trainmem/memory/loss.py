@@ -18,7 +18,7 @@ from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
-__all__ = ["LossBuffers", "loss_buffers", "liger_chunk_rows", "fused_ce_buffers"]
+__all__ = ["LossBuffers", "loss_buffers", "liger_chunk_rows", "fused_ce_buffers", "unshifted_16bit_ce_buffers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,8 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
         # 16-bit, log_softmax keeps a 16-bit output and its backward makes 16-bit gradients
         return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=0,
                            backward_transient_bytes=2 * c * n, grad_logits_bytes=0)
+    if not spec.logits_upcast and setup.loss == "hf" and c == 2 and not is_amp(setup) and not setup.loss_parallel:
+        return unshifted_16bit_ce_buffers(n, c)
     if setup.loss_parallel:
         return _sp_final_norm_shard(spec, setup, _dtensor_loss_parallel(spec, setup, n, c))
     if setup.loss == "chunked":
@@ -73,6 +75,20 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     return _sp_final_norm_shard(spec, setup, LossBuffers(
         logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=fwd, backward_transient_bytes=8 * n,
         grad_logits_bytes=c * n if c == 2 else 0))
+
+
+def unshifted_16bit_ce_buffers(n: int, c: int) -> LossBuffers:
+    """A model whose own forward runs ``CrossEntropyLoss`` on its 16-bit logits (``spec.logits_upcast`` False),
+    for n = b·s·V elements: Qwen1's ``QWenLMHeadModel.forward`` (modeling_qwen.py of the Qwen/Qwen-7B hub repo)
+    does ``shift_logits = lm_logits[..., :-1, :].contiguous()`` and ``CrossEntropyLoss()(shift_logits.view(-1,
+    V), ...)``. In pure 16-bit nothing is upcast: the contiguous shifted copy (c·n, a local of the forward,
+    freed when it returns: not saved, log_softmax keeps its output instead) exists with the logits during the
+    loss forward; log_softmax keeps its 16-bit output (c·n); at the backward nll_loss's gradient and
+    log_softmax's input gradient (c·n each) are alive together, then the slice's backward writes a zero-padded
+    full-size gradient of ``lm_logits`` (c·n) for the LM head. (Under autocast log_softmax is an fp32 op:
+    the upcast path applies.)"""
+    return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=c * n,
+                       backward_transient_bytes=2 * c * n, grad_logits_bytes=c * n)
 
 
 def fused_ce_buffers(tokens: int, vocab: int, logit_bytes: int) -> LossBuffers:

@@ -358,7 +358,7 @@ def _mlp_copy_fraction(spec: ModelSpec, idx: int) -> float:
     return mlp / (mlp + lp.attention) if (mlp + lp.attention) else 0.0
 
 
-_FUSED_QKV = ("gpt2", "gpt_neox", "falcon", "phi3")
+_FUSED_QKV = ("gpt2", "gpt_neox", "falcon", "phi3", "qwen")
 #: Eager attention backward, traced (tests/trace/test_nemotron_opt_trace.py): the probabilities' gradient, its
 #: fp32 upcast and softmax's input gradient come out of ``matmul(probs, v)``'s backward, which also made v's
 #: gradient (a·dv per token, repeat_kv's expanded heads; OPT repeats nothing: a = kv); autograd runs the

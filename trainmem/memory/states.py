@@ -231,7 +231,7 @@ def adafactor_state_bytes(spec: ModelSpec, elem_bytes: int) -> int:
         return round_up_bytes(elem_bytes * stack * r) + round_up_bytes(elem_bytes * stack * c)
 
     total = mat(spec.vocab_size, h) + (mat(spec.vocab_size, h) if pc.lm_head else 0)
-    fused_qkv = spec.model_type in ("gpt2", "gpt_neox", "phi3", "falcon")
+    fused_qkv = spec.model_type in ("gpt2", "gpt_neox", "phi3", "falcon", "qwen")
     for lp in pc.layers:
         if fused_qkv:  # one (q+k+v) projection
             mats = [(a * d + kv * d + kv * dv, h), (h, a * dv)]

@@ -550,6 +550,53 @@ def _gpt_neox(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
         source=source, hf_config=dict(c.raw))
 
 
+def _qwen(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
+    """Qwen1's remote-code ``QWenLMHeadModel`` (``modeling_qwen.py`` / ``configuration_qwen.py`` of the
+    Qwen/Qwen-7B hub repository; transformers has no class for it). ``transformer.wte`` (V·h), per block
+    ``ln_1`` / ``ln_2`` (RMSNorm, weight only), ``attn.c_attn`` = nn.Linear(h, 3·a·kv_channels) *with* bias,
+    ``attn.c_proj`` = nn.Linear(a·kv_channels → h, bias=not no_bias), ``mlp.w1`` / ``mlp.w2`` = nn.Linear(h,
+    intermediate_size // 2) and ``mlp.c_proj`` (intermediate_size // 2 → h), all bias=not no_bias;
+    ``transformer.ln_f``; an untied ``lm_head`` (V·h, no bias). The MLP is ``c_proj(w1(x) * silu(w2(x)))``:
+    a SwiGLU of width intermediate_size // 2 (the spec's ``intermediate_size``). Attention is multi-head
+    (no GQA); ``split_size = hidden_size`` and ``head_dim = hidden_size // heads`` split c_attn's output, so
+    ``kv_channels · heads`` must equal ``hidden_size``. Config defaults: QWenConfig (vocab 151936, hidden 4096,
+    32 layers and heads, kv_channels 128, intermediate 22016, no_bias true, 8192 positions, untied).
+
+    ``QWenLMHeadModel.forward`` runs ``CrossEntropyLoss`` on ``lm_logits[..., :-1, :].contiguous()`` as they
+    are (no fp32 upcast): ``logits_upcast=False``."""
+    h = c.get_int("hidden_size", 4096)
+    num_layers = c.get_int("num_hidden_layers", 32)
+    heads = c.get_int("num_attention_heads", 32)
+    vocab = c.get_int("vocab_size", 151936)
+    kv_channels = c.get_int("kv_channels", 128)
+    if heads * kv_channels != h:
+        raise ConfigError(f"{c.where}: kv_channels({kv_channels}) * num_attention_heads({heads}) != hidden_size({h}) "
+                          "(QWenAttention splits c_attn's output in hidden_size pieces)")
+    config_inter = c.get_int("intermediate_size", 22016)
+    inter = config_inter // 2
+    if inter < 1:
+        raise ConfigError(f"{c.where}: intermediate_size({config_inter}) // 2 must be >= 1 (QWenMLP's width)")
+    bias = not c.flag("no_bias", True)
+    attention = _add(_linear(h, 3 * h, True), _linear(h, h, bias))
+    mlp = _glu_mlp(h, inter, bias)
+    layer = LayerParams(attention=attention[0], norms=2 * h, mlp=mlp[0], matmul=attention[1] + mlp[1])
+    tie = c.flag("tie_word_embeddings", False)
+    rotary_pct = c.num("rotary_pct", 1.0)
+    if (c.num("emb_dropout_prob", 0.0) or 0.0) > 0:  # QWenModel.drop on the embeddings: not modelled
+        raise UnsupportedError(f"{c.where}: emb_dropout_prob > 0 (Qwen1's embedding dropout) is not modelled")
+    if rotary_pct != 1.0:
+        raise UnsupportedError(f"{c.where}: rotary_pct={rotary_pct} (partial rotary of Qwen1) is not modelled")
+    return ModelSpec(
+        name=name, model_type="qwen", architecture="QWenLMHeadModel", hidden_size=h, num_layers=num_layers,
+        num_attention_heads=heads, num_kv_heads=heads, head_dim=kv_channels, v_head_dim=kv_channels,
+        intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=tie, mlp_gated=True, hidden_act="silu",
+        norm="rmsnorm", position="rope", max_position_embeddings=c.get_int("max_position_embeddings", 8192),
+        attention_dropout=c.num("attn_dropout_prob", 0.0) or 0.0, logits_upcast=False,
+        params=ParamCounts(embedding=vocab * h, position_embedding=0, layers=(layer,) * num_layers,
+                           final_norm=h, lm_head=0 if tie else vocab * h),
+        source=source, hf_config=dict(c.raw))
+
+
 def _falcon(c: _Config, name: str, source: str, top_level: bool) -> ModelSpec:
     """FalconForCausalLM. query_key_value width: new_decoder_architecture → (2·kv + a)·d;
     multi_query → h + 2d; else 3h. Norms: not parallel_attn → input + post_attention;
@@ -829,7 +876,7 @@ _BUILDERS: dict[str, _Builder] = {
     **{mt: _rope_decoder for mt in _FAMILIES},
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "falcon": _falcon, "bert": _bert, "roberta": _bert,
-    "nemotron": _nemotron, "opt": _opt,
+    "nemotron": _nemotron, "opt": _opt, "qwen": _qwen,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*_BUILDERS, "gemma3"]))
 """HF ``model_type`` values understood (``gemma3`` = a multimodal config; its text_config is used)."""

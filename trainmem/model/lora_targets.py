@@ -11,8 +11,9 @@ names case-insensitively, separated by commas and/or spaces, with no regular exp
 model except the output layer (``get_output_embeddings()``, the LM head / MLM decoder), so it also adapts
 BERT's ``cls.predictions.transform.dense`` and Qwen2-MoE's 1-wide ``shared_expert_gate``.
 
-Fused projections are one module (GPT-2 ``c_attn``, GPT-NeoX/Falcon ``query_key_value``, Phi-3
-``qkv_proj`` and ``gate_up_proj``). Routed MoE experts are stacked 3-D parameters in transformers 5.x
+Fused projections are one module (GPT-2 and Qwen1 ``c_attn``, GPT-NeoX/Falcon ``query_key_value``, Phi-3
+``qkv_proj`` and ``gate_up_proj``). Qwen1 (remote code, no transformers class) is read from its hub
+``modeling_qwen.py``; a target ``c_proj`` there adapts both ``attn.c_proj`` and ``mlp.c_proj`` (PEFT's suffix match). Routed MoE experts are stacked 3-D parameters in transformers 5.x
 (``mlp.experts.gate_up_proj`` (E, 2·i, h) / ``down_proj`` (E, h, i)), not ``nn.Linear``, and the routers are
 ``*TopKRouter`` modules. PEFT 0.21.2 (``utils/transformers_weight_conversion.py``) maps the v4 names onto
 them for the families transformers converts: Mixtral ``w1`` + ``w3`` → ``experts.gate_up_proj`` (rank 2r),
@@ -121,6 +122,9 @@ def layer_linears(spec: ModelSpec, layer_idx: int) -> tuple[LoraLinear, ...]:
         return (L("self_attn.q_proj", h, a * d, "attn_in"), L("self_attn.k_proj", h, kv * d, "attn_in"),
                 L("self_attn.v_proj", h, kv * dv, "attn_in"), L("self_attn.o_proj", a * dv, h, "attn_out"),
                 L("mlp.up_proj", h, i, "mlp_in"), L("mlp.down_proj", i, h, "mlp_act"))
+    if mt == "qwen":  # Qwen1 QWenBlock (modeling_qwen.py): attn.c_attn (fused qkv, bias) / c_proj; mlp.w1, w2, c_proj
+        return (L("attn.c_attn", h, 3 * a * d, "attn_in"), L("attn.c_proj", a * d, h, "attn_out"),
+                L("mlp.w1", h, i, "mlp_in"), L("mlp.w2", h, i, "mlp_in"), L("mlp.c_proj", i, h, "mlp_act"))
     if mt == "phi3":
         return (L("self_attn.qkv_proj", h, a * d + 2 * kv * d, "attn_in"), L("self_attn.o_proj", a * d, h, "attn_out"),
                 L("mlp.gate_up_proj", h, 2 * i, "mlp_in"), L("mlp.down_proj", i, h, "mlp_act"))

@@ -131,6 +131,9 @@ class ModelSpec:
     sliding_window: int | None = None
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
+    logits_upcast: bool = True
+    """The model's own loss upcasts the logits to fp32 (transformers' ``ForCausalLMLoss``); False where its
+    forward runs ``CrossEntropyLoss`` on the 16-bit logits (Qwen1's ``QWenLMHeadModel``)."""
     params: ParamCounts
     source: str = ""
     """Where the config came from (catalog citation, path or hub id)."""

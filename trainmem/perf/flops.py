@@ -24,7 +24,7 @@ __all__ = ["sliding_layer_share", "attention_keys_model", "Linear", "attention_l
            "matmul_params_per_token", "attention_keys_per_query", "attention_forward_flops_per_token",
            "model_flops_per_token", "narayanan_flops_per_iteration", "linear_flops"]
 
-_FUSED_QKV = ("gpt2", "gpt_neox", "falcon", "phi3", "bloom")
+_FUSED_QKV = ("gpt2", "gpt_neox", "falcon", "phi3", "bloom", "qwen")
 
 
 @dataclass(frozen=True, slots=True)

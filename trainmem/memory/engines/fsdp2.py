@@ -37,7 +37,7 @@ def fsdp_replicated_quant_state_bytes(s: TrainingSetup, n_quantized: int) -> int
     (bitsandbytes PR #970 "Selectable Quantization Storage"; FSDP2 replicates non-parameter tensors, bitsandbytes
     issue #1945) — while torchao's ``NF4Tensor`` shards its scalers with its data (``fsdp_pre_all_gather``
     returns quantized_scalers, quantization_factor and quantized_data; torchao/dtypes/nf4tensor.py)."""
-    return nf4_quant_state_bytes(n_quantized) if s.qlora and s.qlora_impl == "bnb" else 0
+    return nf4_quant_state_bytes(n_quantized) if s.qlora and s.qlora_impl in ("bnb", "bnb-legacy") else 0
 
 
 def fsdp_gathered_nf4_bytes(s: TrainingSetup, n_quantized: int) -> int:

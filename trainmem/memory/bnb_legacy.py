@@ -1,0 +1,58 @@
+"""bitsandbytes before 0.43.2: ``MatMul4Bit`` keeps its 16-bit input for backward (``--qlora-impl bnb-legacy``).
+
+bitsandbytes/autograd/_functions.py, ``MatMul4Bit.forward`` at 0.41.x / 0.42.0::
+
+    output = torch.nn.functional.linear(A, F.dequantize_4bit(B, quant_state).to(A.dtype).t(), bias)
+    ...
+    if any(ctx.needs_input_grad[:2]):
+        ctx.tensors = (A, B)          # A: the layer's 16-bit input
+    else:
+        ctx.tensors = (None, None)
+
+From 0.43.2 (PR #1270, "fix QLoRA mem bug: delete useless buffered activation", 2024-07-16) it keeps
+``ctx.tensors = (None, B)``: the NF4 weight needs no gradient and the input's gradient needs only B, so A was
+dead weight. ``Linear4bit.forward`` (bitsandbytes/nn/modules.py, same releases) first does
+``x = x.to(self.compute_dtype)``: a 16-bit input is passed as it is (so every 4-bit linear reading the same
+tensor keeps that one tensor), an fp32 one (the norm outputs under autocast) is cast anew by each linear.
+
+``ctx.tensors`` is a plain attribute, not ``save_for_backward``: under HF's reentrant activation checkpointing
+(``use_reentrant=True``) the checkpointed forward runs without a graph and nothing is kept, and the layer being
+recomputed keeps its A's until its backward; that is what adding them to the layer's saved set models. Under
+non-reentrant checkpointing the attribute would escape the checkpoint (not modelled).
+
+Core module: no torch import.
+"""
+
+from __future__ import annotations
+
+from trainmem.model.lora_targets import layer_linears
+from trainmem.model.spec import ModelSpec
+from trainmem.setup import TrainingSetup
+
+__all__ = ["legacy_matmul4bit_input_bytes_per_token"]
+
+#: Inputs that are already kept whole by something else when the attention kernel keeps its output (o_proj /
+#: c_proj read the fused kernel's output, which flash / memory-efficient SDPA save themselves).
+_KERNEL_KEPT = frozenset({"attn_out"})
+
+
+def legacy_matmul4bit_input_bytes_per_token(spec: ModelSpec, setup: TrainingSetup, layer_idx: int,
+                                            kernel_keeps_out: bool) -> int:
+    """Bytes per token one decoder layer's 4-bit linears keep beyond current bitsandbytes: each distinct 16-bit
+    input tensor once (2 B per element of its width; ``reads`` groups the linears that read one tensor), or,
+    under autocast, one 16-bit cast per linear of the fp32 norm outputs (``attn_in``, ``mlp_in``); the
+    attention output is not counted when the fused kernel already keeps it. Every ``nn.Linear`` of the layer is
+    a 4-bit one under QLoRA (PEFT/HF ``load_in_4bit`` quantises all but the LM head)."""
+    amp = setup.precision.startswith("amp")
+    seen: set[str] = set()
+    total = 0
+    for lin in layer_linears(spec, layer_idx):
+        if kernel_keeps_out and lin.reads in _KERNEL_KEPT:
+            continue
+        per_linear = amp and lin.reads in ("attn_in", "mlp_in")
+        if lin.reads in seen and not per_linear:
+            continue
+        seen.add(lin.reads)
+        total += 2 * lin.fin
+    return total
+
