@@ -56,7 +56,11 @@ def build_spec(spec: ModelSpec, **setup_fields: object) -> tuple[ModelSpec, Trai
     if spec.n_params > MAX_PARAMS:
         raise ConfigError(f"{spec.name}: {spec.n_params:.3g} parameters is above trainmem's limit of {MAX_PARAMS:.0e}")
     fields = dict(setup_fields)
-    notes = default_notes(spec, fields)
+    notes: list[str] = []
+    if fields.get("stack") is not None:  # a framework's shipped defaults for the fields not given
+        from trainmem.frameworks import apply_stack
+        notes = apply_stack(fields, spec=spec)
+    notes += default_notes(spec, fields)
     if notes:
         setup = make_setup(**fields)
     notes += _context_notes(spec, setup)

@@ -78,6 +78,9 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("qlora_impl", _S, "--qlora-impl", "with --qlora: bnb (bitsandbytes, HF/PEFT/axolotl) | torchao (NF4Tensor, "
                                        "torchtune) | bnb-legacy (bitsandbytes < 0.43.2: keeps each 4-bit linear's "
                                        "16-bit input) [bnb]"),
+    ("stack", _S, "--stack", "a framework's shipped defaults for the flags not given: hf-trainer|trl|torchtune|"
+                             "litgpt|axolotl|llama-factory|unsloth|ms-swift|torchtitan|megatron|deepspeed|"
+                             "llm-foundry|accelerate (docs/stacks.md)"),
     ("gpu", _S, "--gpu", "GPU name [H100-SXM-80G] (trainmem gpus)"),
     ("gpu_memory", _S, "--gpu-memory", "memory of the GPU, e.g. 96GiB or 94GB (overrides the catalog's)"),
 )

@@ -55,6 +55,7 @@ qlora_impl         bnb (qlora)     bnb (bitsandbytes Params4bit: quant state rep
                                    | bnb-legacy (bitsandbytes < 0.43.2: MatMul4Bit keeps its 16-bit input)
 gpu                H100-SXM-80G    a name from the hardware catalog
 gpu_memory         catalog's       bytes of memory of the GPU (overrides the catalog)
+stack              none            a framework's shipped defaults for the fields not given (trainmem.frameworks)
 =================  ==============  ==========================================================
 """
 
@@ -200,6 +201,9 @@ class TrainingSetup(BaseModel):
     ``MatMul4Bit`` also keeps each 4-bit linear's 16-bit input for backward (trainmem/memory/bnb_legacy.py)."""
     gpu: str = "H100-SXM-80G"
     gpu_memory: int | None = Field(None, ge=1)
+    stack: str | None = None
+    """The framework whose shipped defaults filled the fields not given (``--stack``; :mod:`trainmem.frameworks`,
+    applied by :func:`trainmem.api.build_spec`); a label here: the values are in the other fields."""
     notes: tuple[str, ...] = Field((), exclude=True)
     """How defaults were chosen for the model (filled by :func:`trainmem.api.build`); listed in the assumptions."""
 
@@ -209,6 +213,14 @@ class TrainingSetup(BaseModel):
         """Any alias the GPU catalog knows (``a100-80gb``, ``NVIDIA H100 80GB HBM3``) → its canonical name."""
         from trainmem.hardware import get_gpu
         return get_gpu(name).name
+
+    @field_validator("stack")
+    @classmethod
+    def _known_stack(cls, name: str | None) -> str | None:
+        if name is None:
+            return None
+        from trainmem.frameworks import check_stack_name
+        return check_stack_name(name)
 
     @model_validator(mode="after")
     def _check(self) -> "TrainingSetup":

@@ -1,0 +1,151 @@
+"""Frameworks as they ship: one module per framework, each a :class:`~trainmem.frameworks.stack.Stack` of the
+setup fields it sets by default, with the file and release that sets each (``--stack NAME``).
+
+:func:`apply_stack` fills the fields a run left unset from a stack and returns one assumption line per value
+(its source beside it); explicit flags and a config file's fields win over it. :func:`trainmem.api.build_spec`
+calls it, so every command and the Python API take ``stack``. A config-file reader
+(``trainmem/frameworks/readers/``) returns setup fields plus ``stack=NAME``; :func:`merge_fields` lays the
+command line over them, and the stack fills what is left.
+
+Modules are imported on first use (``import trainmem`` stays light).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from trainmem.errors import ConfigError
+from trainmem.frameworks.stack import CONDITIONS, Default, Run, Stack
+
+if TYPE_CHECKING:
+    from trainmem.model.spec import ModelSpec
+
+__all__ = ["STACK_NAMES", "Stack", "Default", "Run", "CONDITIONS", "get_stack", "check_stack_name", "apply_stack",
+           "merge_fields", "stack_rows"]
+
+#: ``--stack`` name → module of :mod:`trainmem.frameworks` holding its ``STACK``.
+_MODULES: dict[str, str] = {
+    "hf-trainer": "hf_trainer", "trl": "trl", "torchtune": "torchtune", "litgpt": "litgpt", "axolotl": "axolotl",
+    "llama-factory": "llama_factory", "unsloth": "unsloth", "ms-swift": "ms_swift", "torchtitan": "torchtitan",
+    "megatron": "megatron", "deepspeed": "deepspeed", "llm-foundry": "llm_foundry", "accelerate": "accelerate",
+}
+STACK_NAMES: tuple[str, ...] = tuple(_MODULES)
+"""The names ``--stack`` takes."""
+
+
+def check_stack_name(name: str) -> str:
+    """``name`` if it is a stack (case-insensitive, ``_`` for ``-``), else a one-line error listing the names."""
+    key = name.strip().lower().replace("_", "-")
+    if key not in _MODULES:
+        raise ValueError(f"not a known framework; one of: {', '.join(STACK_NAMES)}")
+    return key
+
+
+def get_stack(name: str) -> Stack:
+    """The :class:`Stack` of a ``--stack`` name (ConfigError listing the names for an unknown one)."""
+    try:
+        key = check_stack_name(name)
+    except ValueError as err:
+        raise ConfigError(f"stack: {err} (got {name!r})") from None
+    return import_module(f"trainmem.frameworks.{_MODULES[key]}").STACK
+
+
+def merge_fields(cli: Mapping[str, Any], file: Mapping[str, Any]) -> dict[str, Any]:
+    """A config file's setup fields (a reader's, ``stack`` among them) with the command line's laid over them:
+    a flag given (not None) wins; the stack's defaults then fill what both left unset (:func:`apply_stack`)."""
+    out = dict(file)
+    out.update({k: v for k, v in cli.items() if v is not None})
+    return out
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _run(fields: Mapping[str, Any], spec: ModelSpec | None) -> Run:
+    seq_len = fields.get("seq_len")
+    if seq_len is None:
+        seq_len = 2048
+        if spec is not None:
+            from trainmem.api import model_context
+            seq_len = min(seq_len, model_context(spec))
+    return Run(fields=fields, seq_len=int(seq_len), num_layers=spec.num_layers if spec is not None else 0,
+               model_type=spec.model_type if spec is not None else "")
+
+
+def _refusal(fields: Mapping[str, Any], spec: ModelSpec | None) -> str | None:
+    """Why the setup (with the model's own defaults filled in) is refused, or None."""
+    from trainmem.setup import make_setup, validate_for_model
+    trial = dict(fields)
+    try:
+        if spec is not None:
+            from trainmem.api import default_notes
+            default_notes(spec, trial)
+        setup = make_setup(**trial)
+        if spec is not None:
+            validate_for_model(setup, spec)
+    except ConfigError as err:
+        return str(err)
+    return None
+
+
+def apply_stack(fields: dict[str, Any], stack: str | None = None, spec: ModelSpec | None = None) -> list[str]:
+    """Fill the setup fields left unset (None or absent) in ``fields`` from ``stack`` (default:
+    ``fields["stack"]``), in place; return one assumption line per value filled, with its source, and the
+    stack's notes. A value the setup refuses (an explicit flag contradicts it) is not applied, and said so; a
+    field trainmem does not have is listed as not modelled. Engine defaults are applied first (the others may
+    depend on the engine). Fields already invalid without the stack are left to the caller's validation."""
+    name = stack if stack is not None else fields.get("stack")
+    if name is None:
+        return []
+    st = get_stack(str(name))
+    fields["stack"] = st.name
+    from trainmem.setup import TrainingSetup
+    known = set(TrainingSetup.model_fields)
+    explicit = {k for k, v in fields.items() if v is not None}
+    notes = [f"stack {st.name}: the defaults of {st.release} fill the flags not given"]
+    filled: set[str] = set()
+    engine = next((d for d in st.defaults if d.field == "engine" and d.applies(_run(fields, spec))), None)
+    if engine is not None and "engine" not in explicit:
+        fields["engine"] = engine.value_for(_run(fields, spec))
+        filled.add("engine")
+        notes.append(f"engine {_shown(fields['engine'])}: the {st.name} default ({engine.source})")
+    if _refusal(fields, spec) is not None:  # the flags given (on the stack's engine) are refused by themselves
+        return notes
+    for d in st.defaults:
+        if d.field in explicit or d.field in filled or not d.applies(run := _run(fields, spec)):
+            continue
+        value = d.value_for(run)
+        if value is None:  # no default for this model (PEFT's targets of an unlisted family)
+            continue
+        shown = _shown(value)
+        if d.field not in known:
+            filled.add(d.field)
+            notes.append(f"{d.field} {shown}: the {st.name} default, not modelled by trainmem ({d.source})")
+            continue
+        why = _refusal({**fields, d.field: value}, spec)
+        if why is not None:
+            notes.append(f"{d.field} {shown}: the {st.name} default, not applied: {why}")
+            continue
+        fields[d.field] = value
+        filled.add(d.field)
+        notes.append(f"{d.field} {shown}: the {st.name} default ({d.source})")
+    notes.extend(f"{st.name}: {n}" for n in st.notes)
+    return notes
+
+
+def stack_rows(name: str) -> list[tuple[str, str, str, str]]:
+    """(field, value, conditions, source) for every default of a stack, in order (docs/stacks.md)."""
+    st = get_stack(name)
+    rows = []
+    for d in st.defaults:
+        value = getattr(d.value, "__name__", "") and f"({d.value.__name__})" if callable(d.value) else _shown(d.value)
+        cond = ", ".join([*d.when, *(f"engine {e}" for e in d.engines)]) or "always"
+        rows.append((d.field, value, cond, d.source))
+    return rows

@@ -1,0 +1,35 @@
+"""ms-swift as it ships (v4.4.3, commit 3602360a5): ``swift sft`` argument defaults
+(``swift/arguments/``, ``swift/trainers/arguments.py``) over HF Trainer + PEFT."""
+
+from __future__ import annotations
+
+from trainmem.frameworks.stack import Default, Stack
+
+__all__ = ["STACK"]
+
+_A = "ms-swift v4.4.3 swift/arguments/"
+
+STACK = Stack(
+    name="ms-swift",
+    release="ms-swift v4.4.3",
+    defaults=(
+        Default(field="lora_rank", value=8, source=f"{_A}base_args/base_args.py tuner_type='lora'; tuner_args.py lora_rank=8"),
+        Default(field="lora_targets", value=("all-linear",), when=("lora",),
+                source=f"{_A}tuner_args.py target_modules=['all-linear']"),
+        Default(field="precision", value="bf16", engines=("torch", "fsdp2"),
+                source=f"{_A}base_args/model_args.py torch_dtype=None -> the checkpoint's bfloat16; "
+                       "_init_mixed_precision bf16=True"),
+        Default(field="recompute", value="full", source="ms-swift v4.4.3 swift/trainers/arguments.py "
+                                                        "gradient_checkpointing=True"),
+        Default(field="micro_batch", value=1, source="ms-swift v4.4.3 swift/trainers/arguments.py "
+                                                     "per_device_train_batch_size=1"),
+        Default(field="optimizer", value="adamw", source="HF TrainingArguments optim=adamw_torch_fused"),
+        Default(field="optimizer_impl", value="fused", engines=("torch", "fsdp2"),
+                source="HF TrainingArguments optim=adamw_torch_fused"),
+        Default(field="loop", value="trainer", source="ms-swift v4.4.3 swift/trainers Seq2SeqTrainer.compute_loss"),
+        Default(field="loss", value="hf", source=f"{_A}base_args/template_args.py padding_free=False, the model's loss"),
+    ),
+    notes=(
+        "ms-swift trains LoRA by default (tuner_type lora): give --lora-rank 0 for full fine-tuning",
+    ),
+)

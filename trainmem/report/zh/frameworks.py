@@ -1,0 +1,58 @@
+"""Chinese for ``--stack`` (``trainmem/frameworks``): the assumption lines :func:`trainmem.frameworks.apply_stack`
+writes and the stacks' notes (format: see :mod:`trainmem.report.messages_zh`). A stack's note is listed whole,
+prefixed by its stack's name, as the assumptions show it."""
+
+from __future__ import annotations
+
+EXACT: dict[str, str] = {
+    "hf-trainer: an fp32 checkpoint (no 16-bit dtype in its config.json) trains in fp32: give --precision fp32":
+        "hf-trainer：fp32 的 checkpoint（config.json 里没有 16 位 dtype）会以 fp32 训练：请给 --precision fp32",
+    "trl: TRL's fused LM head is counted as Liger's fused linear cross-entropy (its own tiles: 4096 tokens by 32768 "
+    "vocabulary columns, in the compute dtype)":
+        "trl：TRL 的融合 LM head 按 Liger 的融合线性交叉熵计算（它自己的分块是 4096 个 token × 32768 列词表，"
+        "以计算精度存放）",
+    "trl: sequences are padded to the longest of the batch, not to max_length: seq_len is an upper bound":
+        "trl：序列只填充到 batch 内最长的一条，而不是 max_length：seq_len 是上限",
+    "torchtune: full distributed fine-tuning shards tok_embeddings and output as their own FSDP units "
+    "(custom_sharded_layers); trainmem wraps each decoder layer and the root":
+        "torchtune：多卡全量微调把 tok_embeddings 和 output 各自作为单独的 FSDP 单元分片（custom_sharded_layers）；"
+        "trainmem 按每个 decoder 层加根模块包装",
+    "litgpt: LitGPT's LoRA adapts slices of the fused qkv projection (LoRAQKVLinear); counted as PEFT adapters on "
+    "q_proj and v_proj":
+        "litgpt：LitGPT 的 LoRA 作用在融合 qkv 投影的切片上（LoRAQKVLinear）；这里按 PEFT 在 q_proj 和 v_proj 上的"
+        "适配器计算",
+    "axolotl: sample_packing is off by default: sequences are padded to the longest of the batch, seq_len is an "
+    "upper bound":
+        "axolotl：默认不开 sample_packing：序列只填充到 batch 内最长的一条，seq_len 是上限",
+    "llama-factory: gradient checkpointing is reentrant (use_reentrant_gc=True)":
+        "llama-factory：梯度检查点是可重入式的（use_reentrant_gc=True）",
+    "unsloth: Unsloth's own Triton kernels (RoPE, RMSNorm, SwiGLU, LoRA MLP) save fewer tensors than the "
+    "transformers modules trainmem models":
+        "unsloth：Unsloth 自己的 Triton kernel（RoPE、RMSNorm、SwiGLU、LoRA MLP）为反向保存的张量比 trainmem "
+        "所建模的 transformers 模块少",
+    "ms-swift: ms-swift trains LoRA by default (tuner_type lora): give --lora-rank 0 for full fine-tuning":
+        "ms-swift：ms-swift 默认训练 LoRA（tuner_type lora）：全量微调请给 --lora-rank 0",
+    "torchtitan: every second block is checkpointed in torchtitan; trainmem checkpoints the first half of each "
+    "stage (--recompute-layers), the same saved bytes for alike layers":
+        "torchtitan：torchtitan 每隔一个 block 做一次检查点；trainmem 对每个流水线阶段的前一半层做检查点"
+        "（--recompute-layers），层结构相同时保存的字节数一样",
+    "megatron: Megatron-LM trains fp32 unless --bf16 or --fp16 is given; NeMo and Megatron-Bridge recipes set bf16 "
+    "mixed precision and the distributed optimizer: give --precision mixed-bf16 --zero 1":
+        "megatron：不给 --bf16 或 --fp16 时 Megatron-LM 以 fp32 训练；NeMo 和 Megatron-Bridge 的配方会设 bf16 "
+        "混合精度和分布式优化器：请给 --precision mixed-bf16 --zero 1",
+    "deepspeed: the training loop is the user's: trainmem's default (the output dropped before backward) unless "
+    "--loop script":
+        "deepspeed：训练循环由用户自己写：按 trainmem 的默认（反向前丢弃模型输出）计算，除非给 --loop script",
+    "llm-foundry: the optimizer is Composer's DecoupledAdamW (a per-parameter loop), counted as torch.optim.AdamW "
+    "foreach":
+        "llm-foundry：优化器是 Composer 的 DecoupledAdamW（逐参数循环），按 torch.optim.AdamW foreach 计算",
+}
+
+PATTERNS: list[tuple[str, str]] = [
+    ("stack {s:w}: the defaults of {r} fill the flags not given", "stack {s}：未给出的参数取 {r} 的默认值"),
+    ("{f:w} {v:w}: the {s:w} default, not modelled by trainmem ({src})",
+     "{f} {v}：{s} 的默认值，trainmem 尚未建模（{src}）"),
+    ("{f:w} {v:w}: the {s:w} default, not applied: {why}", "{f} {v}：{s} 的默认值，未采用：{why!t}"),
+    ("{f:w} {v:w}: the {s:w} default ({src})", "{f} {v}：{s} 的默认值（{src}）"),
+    ("stack: not a known framework; one of: {names} (got {v})", "stack：不认识的框架；可选：{names}（输入为 {v}）"),
+]
