@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from trainmem.errors import ConfigError
-from trainmem.hardware.cluster import Cluster, Link
+from trainmem.hardware.cluster_types import Cluster, Link
 from trainmem.hardware.cluster_spec import (
     FILE_SUFFIXES, LEVELS, MAX_FILE_BYTES, MAX_GROUPS, MAX_NODE_GPUS, MAX_TOTAL_GPUS, GroupSpec, build_cluster,
     check_total, fmt_gbps, lookup_gpu, lookup_link, shown,

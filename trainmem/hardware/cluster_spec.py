@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from trainmem.errors import ConfigError
 from trainmem.hardware.catalog import GPU, get_gpu, gpu_suggestions
-from trainmem.hardware.cluster import Cluster, GPUGroup, Link
+from trainmem.hardware.cluster_types import Cluster, GPUGroup, Link
 from trainmem.hardware.links import get_link
 
-__all__ = ["parse", "MAX_TOTAL_GPUS", "MAX_NODE_GPUS", "MAX_GROUPS"]
+__all__ = ["parse", "is_file_spec", "MAX_TOTAL_GPUS", "MAX_NODE_GPUS", "MAX_GROUPS"]
 
 MAX_TOTAL_GPUS = 1_000_000
 MAX_NODE_GPUS = 1024
@@ -44,16 +44,19 @@ class GroupSpec:
 
 # --------------------------------------------------------------------------- entry point
 
+def is_file_spec(spec: object) -> bool:
+    """True for the path of a cluster file: a text spec starts with its first count; a path ends in a file
+    suffix or holds a separator."""
+    text = spec.strip() if isinstance(spec, str) else ""
+    return bool(text) and (text.lower().endswith(FILE_SUFFIXES) or (not text[0].isdigit() and bool(_PATH.search(text))))
+
+
 def parse(spec: str) -> Cluster:
-    """A text spec or a path to a ``.toml``/``.yaml`` file → :class:`Cluster` (see ``parse_cluster``)."""
+    """A text spec → :class:`Cluster` (see ``parse_cluster``, which sends a file's path to ``cluster_file``)."""
     text = spec.strip() if isinstance(spec, str) else ""
     if not text:
         raise ConfigError("cluster: empty spec; write e.g. 64xH100-SXM-80G, 8xA100-SXM-80G,4xRTX-3090-24G "
                           "or the path of a .toml or .yaml file")
-    # a text spec starts with its first count; a path ends in a file suffix or holds a separator
-    if text.lower().endswith(FILE_SUFFIXES) or (not text[0].isdigit() and _PATH.search(text)):
-        from trainmem.hardware.cluster_file import parse_file
-        return parse_file(text)
     if len(text) > MAX_SPEC_CHARS:
         raise ConfigError(f"cluster: the spec has {len(text):,} characters; at most {MAX_SPEC_CHARS:,}")
     specs = [parse_group(piece) for piece in split_groups(text)]

@@ -18,7 +18,7 @@ from functools import lru_cache
 from importlib import resources
 
 from trainmem.errors import ConfigError
-from trainmem.hardware.cluster import Link
+from trainmem.hardware.cluster_types import Link
 
 __all__ = ["get_link", "list_links", "normalize_link_name", "shared_link", "MAX_SHARED_BY"]
 
