@@ -1,0 +1,107 @@
+"""Qwen1 (remote-code QWenLMHeadModel) and ``--qlora-impl bnb-legacy``, by hand.
+
+transformers has no Qwen1 class, so its layer cannot be traced: Qwen1's block saves what Phi-3's does on CUDA
+(a fused qkv projection whose output v stays a view of, rotary making new q and k, a gated MLP whose four
+width-i tensors are kept, two RMSNorms), which tests/memory/test_activations_measured.py checks against real
+Phi-3 modules; here the estimator is held to that equivalence on a Phi-3 config of the same shapes, and the
+parts where Qwen1 differs (its 16-bit loss, the per-layer SDPA mask without flash-attn) are checked by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainmem.api import build
+from trainmem.memory import estimate
+from trainmem.memory.activations import layer_saved
+from trainmem.memory.bnb_legacy import legacy_matmul4bit_input_bytes_per_token
+from trainmem.memory.loss import loss_buffers
+from trainmem.model.hf import spec_from_hf_config
+from trainmem.setup import make_setup
+
+QWEN_TOY = {"model_type": "qwen", "hidden_size": 256, "num_hidden_layers": 3, "num_attention_heads": 4,
+            "kv_channels": 64, "intermediate_size": 1408, "vocab_size": 1000, "no_bias": True}
+#: The same shapes as Phi-3: one fused qkv_proj (h -> 3h), o_proj, fused gate_up (h -> 2·704), down
+PHI3_TWIN = {"model_type": "phi3", "hidden_size": 256, "num_hidden_layers": 3, "num_attention_heads": 4,
+             "num_key_value_heads": 4, "intermediate_size": 704, "vocab_size": 1000, "tie_word_embeddings": False,
+             "max_position_embeddings": 4096, "sliding_window": None}
+
+
+def test_qwen1_toy_counts_by_hand():
+    spec = spec_from_hf_config(QWEN_TOY, name="toy")
+    h, i, V = 256, 704, 1000
+    block = 2 * h + (h * 3 * h + 3 * h) + h * h + 3 * h * i
+    assert spec.n_params == 2 * V * h + 3 * block + h
+    assert spec.intermediate_size == i and spec.head_dim == 64
+
+
+@pytest.mark.parametrize("prec", ["bf16", "amp-bf16"])
+@pytest.mark.parametrize("attn", ["flash"])
+def test_qwen1_layer_saves_what_its_phi3_twin_saves(prec, attn):
+    setup = make_setup(precision=prec, attn=attn, seq_len=128, micro_batch=2)
+    qwen = layer_saved(spec_from_hf_config(QWEN_TOY, name="q"), setup, 1).total_bytes
+    phi3 = layer_saved(spec_from_hf_config(PHI3_TWIN, name="p"), setup, 1).total_bytes
+    # under autocast w1 and w2 each cast the fp32 norm output to 16 bits (autocast caches weights, not inputs);
+    # Phi-3's one gate_up_proj casts it once
+    assert qwen == phi3 + (2 * 256 * 2 * 128 if prec == "amp-bf16" else 0)
+
+
+def test_qwen1_sdpa_keeps_its_per_layer_mask():
+    """Without flash-attn each QWenAttention builds a (b, 1, s, s) mask in the compute dtype for SDPA."""
+    spec = spec_from_hf_config(QWEN_TOY, name="q")
+    b, s = 2, 128
+    flash = layer_saved(spec, make_setup(precision="bf16", attn="flash", seq_len=s, micro_batch=b), 1)
+    sdpa = layer_saved(spec, make_setup(precision="bf16", attn="sdpa", seq_len=s, micro_batch=b), 1)
+    assert sdpa.total_bytes - flash.total_bytes == 2 * b * s * s
+
+
+def test_qwen1_loss_is_16bit_cross_entropy():
+    """QWenLMHeadModel.forward: CrossEntropyLoss on lm_logits[..., :-1, :].contiguous(), no upcast. Qwen-7B, bf16,
+    b·s = 2048 tokens: n = 2048 · 151,936 logits; 2 B each for the logits, the shifted copy, log_softmax's kept
+    output, its two backward gradients and the head's gradient. Under autocast log_softmax runs in fp32 (the
+    upcast path)."""
+    spec, setup = build("qwen-7b", precision="bf16", seq_len=2048)
+    n = 2048 * 151936
+    lb = loss_buffers(spec, setup)
+    assert (lb.logits_bytes, lb.kept_bytes, lb.forward_transient_bytes, lb.backward_transient_bytes,
+            lb.grad_logits_bytes) == (2 * n, 2 * n, 2 * n, 4 * n, 2 * n)
+    spec, amp = build("qwen-7b", precision="amp-bf16", seq_len=2048)
+    assert loss_buffers(spec, amp).kept_bytes == 4 * n
+    llama, s2 = build("llama-2-7b", precision="bf16", seq_len=2048)
+    assert loss_buffers(llama, s2).kept_bytes == 4 * 2048 * 32000   # transformers upcasts
+
+
+def test_qwen1_lora_targets():
+    spec, setup = build("qwen-7b-chat", precision="bf16", lora_rank=8, lora_targets="c_attn")
+    assert setup.lora_targets == ("c_attn",)
+    assert estimate(spec, setup).n_trainable_params == 32 * 8 * (4096 + 3 * 4096)
+
+
+# -- bitsandbytes < 0.43.2 --------------------------------------------------------------------------------
+#: litgpt's QLoRA recipe (benchmarks/published_points.json litgpt-llama2-7b-qlora): its own loop keeps the logits
+LITGPT = dict(engine="torch", precision="bf16", attn="sdpa", seq_len=512, micro_batch=2, lora_rank=32,
+              lora_targets="q_proj,v_proj", qlora=True, loop="script", loss="chunked", loss_chunks=4, gpu="A10-24G")
+
+
+def test_legacy_matmul4bit_keeps_each_distinct_16bit_input():
+    """Llama-2-7B layer, 16-bit: q/k/v read one norm output (2·4096 B a token), o_proj reads the kernel's saved
+    output (nothing new), gate/up one norm output (2·4096), down the product (2·11008): 38,400 B a token."""
+    spec, setup = build("llama-2-7b", qlora_impl="bnb-legacy", **LITGPT)
+    assert legacy_matmul4bit_input_bytes_per_token(spec, setup, 0, kernel_keeps_out=True) == 38_400
+    assert legacy_matmul4bit_input_bytes_per_token(spec, setup, 0, kernel_keeps_out=False) == 38_400 + 2 * 4096
+
+
+def test_bnb_legacy_peak_adds_every_layers_inputs_and_one_layer_under_recompute():
+    """No checkpointing: 32 layers x 38,400 B x 1,024 tokens = 1,258,291,200 B more at the backward peak;
+    with HF's reentrant checkpointing only the layer being recomputed keeps them: 39,321,600 B."""
+    new = estimate(*build("llama-2-7b", qlora_impl="bnb", **LITGPT)).peak_allocated_bytes
+    old = estimate(*build("llama-2-7b", qlora_impl="bnb-legacy", **LITGPT)).peak_allocated_bytes
+    assert old - new == 32 * 38_400 * 1024 == 1_258_291_200
+    new_ac = estimate(*build("llama-2-7b", qlora_impl="bnb", recompute="full", **LITGPT)).peak_allocated_bytes
+    old_ac = estimate(*build("llama-2-7b", qlora_impl="bnb-legacy", recompute="full", **LITGPT)).peak_allocated_bytes
+    assert old_ac - new_ac == 38_400 * 1024
+
+
+def test_bnb_legacy_needs_qlora():
+    with pytest.raises(Exception, match="needs --qlora"):
+        build("llama-2-7b", qlora_impl="bnb-legacy")
