@@ -515,6 +515,13 @@ def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
     if spec.model_type == "gpt_oss" and setup.attn == "sdpa":
         # GptOssPreTrainedModel: _supports_sdpa = False; flash through kernels with sinks (vllm-flash-attn3)
         raise ConfigError("attn: gpt_oss has no sdpa implementation in transformers (attention sinks); use --attn eager or flash")
+    if spec.model_type == "qwen" and setup.attn == "eager":
+        # modeling_qwen.py (Qwen/Qwen-7B hub): with torch >= 2 (SUPPORT_TORCH2) and no flash-attn it calls
+        # F.scaled_dot_product_attention with its mask; its own _attn runs only on torch 1.x
+        raise ConfigError("attn: Qwen1 (QWenLMHeadModel) on torch 2 runs flash-attn or sdpa, not eager; use --attn flash or sdpa")
+    if spec.model_type == "qwen" and (setup.engine == "megatron" or setup.tp > 1):
+        raise ConfigError("Qwen1 (remote-code QWenLMHeadModel) is modelled without tensor parallelism and not under the "
+                          "megatron engine")
     if spec.model_type == "gpt_oss" and setup.engine == "megatron":
         raise ConfigError("gpt_oss under the megatron engine is not modelled (Megatron-Core's attention sinks and clamped "
                           "SwiGLU experts); use --engine fsdp2, deepspeed or torch")

@@ -59,6 +59,10 @@ EXACT: dict[str, str] = {
         "--recompute-layers 与 LoRA 同时使用暂未建模；请用 --recompute full 或 none",
     "--recompute-layers with torch context parallelism is not modelled; use --recompute full or none":
         "--recompute-layers 与 torch 上下文并行同时使用暂未建模；请用 --recompute full 或 none",
+    "attn: Qwen1 (QWenLMHeadModel) on torch 2 runs flash-attn or sdpa, not eager; use --attn flash or sdpa":
+        "attn：Qwen1（QWenLMHeadModel）在 torch 2 上走 flash-attn 或 sdpa，而非 eager；请用 --attn flash 或 sdpa",
+    "Qwen1 (remote-code QWenLMHeadModel) is modelled without tensor parallelism and not under the megatron engine":
+        "Qwen1（远程代码 QWenLMHeadModel）只按无张量并行建模，不支持 megatron 引擎",
     "--fp8-backend torchao: Megatron's fp8 runs Transformer Engine; use --fp8-backend te":
         "--fp8-backend torchao：Megatron 的 fp8 走的是 Transformer Engine，请用 --fp8-backend te",
     # ------------------------------------------------------------------ phases (estimate timeline)
