@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from trainmem.perf import grad_sync_seconds
 from trainmem.perf.device import device_of, mfu_peak_flops_per_s
 from trainmem.plan.result import GroupShare, Plan
-from trainmem.plan.search import GroupSearch, PlanRequest, single_group_plans
+from trainmem.plan.group import GroupSearch, PlanRequest, single_group_plans
 from trainmem.plan.space import Knobs, SpaceLimits, configurations, with_knobs
 from trainmem.plan.stages import staged_plans
 

@@ -49,7 +49,7 @@ from trainmem.perf.flops import model_flops_per_token
 from trainmem.perf.step import stage_seconds, step_overhead_seconds
 from trainmem.plan.bounds import resident_bytes, states_lower_bound_bytes
 from trainmem.plan.result import GroupShare, Plan
-from trainmem.plan.search import GroupSearch, PlanRequest, fits_with_margin
+from trainmem.plan.group import GroupSearch, PlanRequest, fits_with_margin
 from trainmem.plan.space import Knobs, SpaceLimits, configurations, divisors, engine_precision, savers, with_knobs
 from trainmem.setup import TrainingSetup
 
