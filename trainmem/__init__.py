@@ -23,7 +23,7 @@ import types
 
 TYPE_CHECKING = False  # typing itself costs ~2 ms to import; type checkers read this name as typing's
 
-__version__ = "0.1.0"
+from trainmem._version import __version__
 
 __all__ = ["__version__", "estimate", "plan", "compare", "doctor", "preflight", "PreflightCallback", "Result", "Estimate",
            "MaxMicroBatch", "Plan", "Comparison", "Diagnosis", "TrainingSetup", "TrainmemError", "ConfigError",

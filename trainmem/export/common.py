@@ -62,7 +62,7 @@ def check_target(setup: TrainingSetup, target: ExportTarget) -> None:
 
 def summary_lines(spec: ModelSpec, setup: TrainingSetup, target: ExportTarget, pinned: str) -> list[str]:
     """What the file was made from, for its header comment."""
-    from trainmem import __version__
+    from trainmem._version import __version__
 
     s = setup
     return [

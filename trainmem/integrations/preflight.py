@@ -68,17 +68,18 @@ def device_fields() -> tuple[dict[str, Any], str]:
 def check(model: Any, fields: dict[str, Any], on_overflow: str = "warn") -> PreflightResult:
     """Estimate the run of ``model`` with ``fields`` (setup keywords); warn or raise
     :class:`PreflightOverflowError` when it does not fit."""
-    import trainmem
+    from trainmem.errors import ConfigError
+    from trainmem.python_api import compare, estimate
     from trainmem.units import fmt_bytes as b
 
     if on_overflow not in OVERFLOW_ACTIONS:
-        raise trainmem.ConfigError(f"on_overflow {on_overflow!r}: not one of {', '.join(OVERFLOW_ACTIONS)}")
-    est = trainmem.estimate(model, **fields)
+        raise ConfigError(f"on_overflow {on_overflow!r}: not one of {', '.join(OVERFLOW_ACTIONS)}")
+    est = estimate(model, **fields)
     if est.fits:
         msg = (f"trainmem preflight: fits, {b(est.device_total_bytes)} of {b(est.gpu_memory_bytes)} on {est.gpu} "
                f"(peak allocated {b(est.peak_allocated_bytes)})")
         return PreflightResult(estimate=est, fixes=[], message=msg)
-    options = trainmem.compare(model, **fields).options
+    options = compare(model, **fields).options
     fitting = sorted((o for o in options if o["fits"]), key=lambda o: o["slowdown_pct"])
     fixes = fitting or sorted(options, key=lambda o: -o["saves_bytes"])
     shown = "; ".join(f"{o['technique']} (saves {b(o['saves_bytes'])}, step time "
@@ -96,9 +97,9 @@ def check(model: Any, fields: dict[str, Any], on_overflow: str = "warn") -> Pref
 def versions() -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version
 
-    import trainmem
+    from trainmem._version import __version__
 
-    out: dict[str, str | None] = {"trainmem": trainmem.__version__}
+    out: dict[str, str | None] = {"trainmem": __version__}
     for pkg in ("torch", "transformers", "peft", "accelerate"):
         try:
             out[pkg] = version(pkg)
