@@ -72,6 +72,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("offload", _S, "--offload", "none|optimizer|optimizer+params"),
     ("optimizer_in_backward", _B, "--optimizer-in-backward", "torch, one GPU: step each parameter in its backward "
                                                              "and free its gradient (torchtune optimizer_in_bwd)"),
+    ("compile", _B, "--compile", "torch/fsdp2: each decoder layer torch.compile'd (torchtitan, torchtune; inductor's "
+                                 "min-cut partitioner saves fewer tensors)"),
     ("lora_rank", _I, "--lora-rank", "LoRA rank; 0 = full fine-tuning"),
     ("lora_targets", _S, "--lora-targets", "comma list of module names (PEFT's), or all-linear"),
     ("qlora", _B, "--qlora", "NF4 base weights (needs --lora-rank)"),

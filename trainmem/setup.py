@@ -49,6 +49,8 @@ megatron_deepspeed False           megatron with pp > 1: DeepSpeed's PipelineEng
                                    blocking pipeline sends, BF16_Optimizer, gradient all-reduce after the flush)
 offload            none            none | optimizer | optimizer+params
 optimizer_in_backward False        torch, one GPU: each parameter stepped and its gradient freed in its backward (torchtune)
+compile            False           torch/fsdp2: decoder layers torch.compile'd one by one (torchtitan, torchtune): saved
+                                   tensors as inductor's min-cut partitioner keeps them (trainmem/memory/compile.py)
 lora_rank          0               0 = full fine-tuning
 qlora              False           NF4 base weights (needs lora_rank > 0)
 qlora_impl         bnb (qlora)     bnb (bitsandbytes Params4bit: quant state replicated under FSDP) | torchao (NF4Tensor)
@@ -189,6 +191,11 @@ class TrainingSetup(BaseModel):
     optimizer per parameter stepped and ``zero_grad``-ed in a ``register_post_accumulate_grad_hook``): no
     gradient outlives its parameter's backward, and each step's temporaries are one tensor's. torchtune refuses
     gradient accumulation with it."""
+    compile: bool = False
+    """Each decoder layer runs under ``torch.compile`` (torchtitan ``compile.enable``: ``apply_compile`` per
+    TransformerBlock, after ``apply_ac``; torchtune ``compile: True``; HF Trainer ``torch_compile``): a layer saves
+    what AOTAutograd's min-cut partitioner keeps (torch/_functorch/partitioners.py, torch 2.13), not what its eager
+    ops save (trainmem/memory/compile.py)."""
     lora_rank: int = Field(0, ge=0)
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     qlora: bool = False
@@ -486,6 +493,11 @@ def make_setup(**fields: object) -> TrainingSetup:
 
 def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
     """Checks that need the model: divisibility of heads, layers and experts."""
+    if setup.compile:  # (trainmem/memory/compile.py: the families and setups whose compiled layer is measured)
+        from trainmem.memory.compile import compile_refusal
+        why = compile_refusal(spec, setup)
+        if why:
+            raise ConfigError(why)
     a, kv = spec.num_attention_heads, spec.num_kv_heads
     if spec.derived is not None:  # a family described from transformers itself (trainmem/model/derive.py)
         why = spec.derived.unsupported(setup)

@@ -200,6 +200,9 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
     linears save fp8 inputs. The megatron engine's layers are Megatron-Core + Transformer Engine's
     (:mod:`trainmem.memory.megatron_activations`) where that module describes the family.
     """
+    if setup.compile:  # torch.compile: what the min-cut partitioner saves (trainmem/memory/compile.py)
+        from trainmem.memory.compile import compiled_layer_saved
+        return compiled_layer_saved(spec, setup, layer_idx)
     if setup.engine == "megatron":
         from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
         if megatron_te_layer(spec):
@@ -1154,6 +1157,9 @@ def recomputed_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> 
     LoRA: :func:`_lora_frozen` drops it from the terms. Other families: 0."""
     if setup.recompute != "full":
         return 0
+    if setup.compile:  # (trainmem/memory/compile.py)
+        from trainmem.memory.compile import compiled_checkpoint_input_bytes
+        return compiled_checkpoint_input_bytes(spec, setup)
     if spec.derived is not None:  # measured (trainmem/model/derive.py)
         return spec.derived.input_kept(derived_mode(setup), derived_attn(setup)).bytes_for(setup.micro_batch,
                                                                                             setup.seq_len)

@@ -273,6 +273,9 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
     if isinstance(layerdrop, (int, float)) and not isinstance(layerdrop, bool) and layerdrop > 0:
         out.append(f"opt layerdrop {layerdrop}: every layer is counted (OPTDecoder skips each layer with that "
                    "probability in training; the peak is that of a step that skips none)")
+    if s.compile:
+        from trainmem.memory.compile import compile_assumption
+        out.append(compile_assumption(s))
     if s.attn == "flash":
         out.append("attn flash: flash-attention-2 kernels keep q, k, v, output and logsumexp (no s² buffer), native GQA")
     if s.loss == "fused-ce":

@@ -1,0 +1,135 @@
+"""torch.compile's memory effect: what a compiled decoder layer keeps for backward (``--compile``).
+
+Under ``torch.compile`` AOTAutograd traces each compiled region's forward and backward as one joint graph and
+splits it with the min-cut partitioner (torch 2.13 ``torch/_functorch/partitioners.py``
+``min_cut_rematerialization_partition``, inductor's default ``partition_fn``). Its rules decide what is saved:
+
+- ``get_default_op_list``: ``aten.mm``/``addmm``/``bmm`` and the SDPA/flash kernels are *compute intensive*
+  (never recomputed); pointwise ops, casts (``_to_copy``, ``convert_element_type``), ``clone``, views and
+  reductions are *recomputable*. ``native_dropout``/``rand_like`` are *random* (never recomputed).
+- ``should_ban_recomputation``: a node whose backward user is not fusible (an ``mm`` that takes it, the flash
+  backward) is "materialized in backward" and saved; a reduction whose output is 4× smaller than its input
+  (RMSNorm's ``rsqrt`` of the mean of squares, LayerNorm's mean/rstd) is saved rather than recomputed.
+- the min cut then saves, of each recomputable chain, its cheapest frontier: the layer's input (``primals``)
+  and the matmul outputs, from which the backward recomputes the rest fused into its kernels.
+- ``torch/_functorch/config.py`` ``activation_memory_budget = 1.0`` (the default, runtime-optimised cut:
+  modelled here; a lower budget recomputes more and is not modelled); ``treat_parameters_as_free_to_save``.
+
+So a llama-style block saves, per token (``c`` compute dtype bytes, ``r`` residual bytes, 16-bit linear inputs
+under autocast): its input (r·h), each RMSNorm's rsqrt (4 B) and output as the next matmul's input (c·h — one
+16-bit cast under autocast, shared by q/k/v_proj: AOTAutograd's CSE merges autocast's three ``_to_copy``),
+q, k, v, the attention output and its logsumexp as eager (the kernel's output, laid out (b, s, a, d), is o_proj's
+input: HF's ``transpose(1, 2).contiguous()`` traces to no copy), o_proj's output (to recompute the residual sum under the second norm), and the gated MLP's gate, up and product
+(c·i each; SiLU's output and the norms' fp32 upcasts are recomputed). Eager keeps, in addition, each norm's
+fp32 input copy and normalised value and SiLU's output. GPT-2-style blocks: LayerNorm mean/rstd in the input
+dtype (after inductor's decomposition), c_fc's output and the GELU output (gelu_new's tanh formula is all
+pointwise: its four intermediates are recomputed), dropout's bool masks (``rand_like(x) > p``: 1 B).
+
+Measured, not assumed: tests/memory/test_compile.py partitions tiny models of each family with the same
+partitioner (``aot_eager_decomp_partition``: inductor's decompositions + min-cut) and checks these terms to the
+byte; tests/trace/test_compile_trace.py runs a whole step with ``backend="inductor"`` on the CPU.
+
+Scope (``compile_refusal`` says so for the rest): decoder layers compiled one by one, as torchtitan's
+``apply_compile`` (each TransformerBlock, after ``apply_ac``: a checkpointed block is compiled with its
+checkpoint, so it saves its input only) and torchtune's ``compile: True`` (each layer) do. HF Trainer's
+``torch_compile=True`` compiles the whole model: its layers save the same; its final norm, head and loss are
+compiled too, which is modelled eager here (an upper bound; measured 6.8 % below per-block on a tiny llama,
+mostly the loss). Eager kernels' transients (norm and MLP backward temporaries) are kept as eager (an upper
+bound: inductor fuses them).
+"""
+
+from __future__ import annotations
+
+from trainmem.memory.activations import LayerSaved, Term, compute_bytes, is_amp, layer_saved, residual_bytes
+from trainmem.model.spec import ModelSpec
+from trainmem.setup import TrainingSetup
+
+__all__ = ["COMPILE_FAMILIES", "compile_refusal", "compiled_layer_saved", "compiled_checkpoint_input_bytes",
+           "compile_assumption"]
+
+#: Families whose compiled layer is described here (each measured: tests/memory/test_compile.py).
+COMPILE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "gpt2")
+#: The eager attention-core terms a compiled layer keeps unchanged (the SDPA/flash kernel's own saved set).
+_KERNEL_TERMS = ("q", "k", "v", "qkv_fused_out", "attn_out", "logsumexp")
+
+
+def compile_refusal(spec: ModelSpec, setup: TrainingSetup) -> str | None:
+    """Why ``--compile`` is not modelled for this model and setup (one line), or None."""
+    if setup.engine in ("megatron", "deepspeed"):
+        return (f"--compile is modelled for --engine torch or fsdp2 (torchtitan, torchtune, HF Trainer); {setup.engine}'s "
+                f"compiled step is not")
+    for bad, why in ((setup.tp > 1 or setup.cp > 1, "tensor or context parallelism"), (setup.is_lora, "LoRA"),
+                     (setup.recompute == "selective", "--recompute selective (op-level checkpointing)"),
+                     (setup.precision == "fp8", "fp8 linears")):
+        if bad:
+            return f"--compile with {why} is not modelled; use --compile with full fine-tuning, --recompute none or full"
+    if spec.model_type not in COMPILE_FAMILIES:
+        return (f"--compile is modelled for {', '.join(COMPILE_FAMILIES)} (their compiled layers measured); "
+                f"not for {spec.model_type}")
+    if setup.attn == "eager":
+        return "--compile is modelled with --attn sdpa or flash (a compiled eager softmax is not measured)"
+    from trainmem.memory.activations import sdpa_math_fallback, sliding_window_mask
+    if sliding_window_mask(spec, setup) or sdpa_math_fallback(spec, setup):
+        return ("--compile with a masked or math-kernel attention (sliding window, fp32 with GQA) is not modelled; "
+                "use a 16-bit recipe without a window")
+    return None
+
+
+def compiled_layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> LayerSaved:
+    """Bytes one compiled decoder layer keeps for backward for one micro-batch on this rank, by term: what the
+    min-cut partitioner saves (module docstring); the attention kernel's own tensors as eager
+    (:func:`trainmem.memory.activations.layer_saved`). No recompute (checkpointing: the walk keeps the input)."""
+    eager = layer_saved(spec, setup.model_copy(update={"compile": False}), layer_idx)
+    T = setup.micro_batch * setup.seq_len
+    h, a = spec.hidden_size, spec.num_attention_heads
+    c, r = compute_bytes(setup), residual_bytes(setup)
+    lin = 2 if is_amp(setup) else c  # a matmul's input: autocast's one 16-bit cast, else the compute dtype
+    rows = 4.0 if spec.norm == "rmsnorm" else 2.0 * norm_stat_bytes(setup)
+    terms: list[Term] = []
+
+    def add(name: str, component: str, per_token: float) -> None:
+        terms.append(Term(name, component, int(round(per_token * T)), False))
+
+    add("layer_input", "norm", r * h)  # the block's input: the first norm's recompute starts from it
+    add("input_norm", "norm", rows)
+    add("qkv_input", "attention", lin * h)
+    if spec.model_type == "qwen3":  # q_norm/k_norm: q_proj's and k_proj's outputs and their rsqrt rows
+        add("qk_norm", "attention", (c * spec.head_dim + 4.0) * (a + spec.num_kv_heads))
+    terms += [t for t in eager.terms if t.name in _KERNEL_TERMS]
+    add("o_output", "attention", c * h)  # o_proj's output: the residual sum under the second norm is recomputed
+    add("post_attention_norm", "norm", rows)
+    add("mlp_input", "mlp", lin * h)
+    i = spec.intermediate_size
+    if spec.mlp_gated:
+        add("mlp_gate_up", "mlp", 2.0 * c * i)   # gate and up projections' outputs (phi3: one fused output)
+    else:
+        add("mlp_fc_output", "mlp", c * i)      # c_fc's output, the GELU's input
+    add("mlp_down_input", "mlp", lin * i)       # the product / the GELU's output, down_proj's input
+    if spec.hidden_dropout > 0:
+        add("dropout_masks", "dropout", 2.0 * h)  # bool masks after attention and after the MLP
+    return LayerSaved(tuple(terms))
+
+
+def norm_stat_bytes(setup: TrainingSetup) -> int:
+    """Bytes of each of LayerNorm's mean and rstd per row in a compiled layer: inductor's decomposition
+    (torch/_refs ``native_layer_norm``) computes them in fp32 and returns them in the input dtype; under CUDA
+    autocast layer_norm is an fp32 op (4 B)."""
+    return 4 if (setup.precision == "fp32" or is_amp(setup)) else compute_bytes(setup)
+
+
+def compiled_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """A compiled, checkpointed layer's recomputation (inside its compiled backward) saves its input again, which
+    the checkpoint holds already: r·h per token, not allocated twice."""
+    if setup.recompute != "full":
+        return 0
+    return residual_bytes(setup) * spec.hidden_size * setup.micro_batch * setup.seq_len
+
+
+def compile_assumption(setup: TrainingSetup) -> str:
+    """The assumption line an estimate under ``--compile`` lists."""
+    ac = (" Checkpointed blocks are compiled with their checkpoint (torchtitan apply_ac then apply_compile): "
+          "each keeps its input; its recompute is the compiled saved set.") if setup.recompute == "full" else ""
+    return ("torch.compile: each decoder layer compiled (torchtitan apply_compile, torchtune compile): saved "
+            "tensors as the min-cut partitioner keeps them (torch/_functorch/partitioners.py, torch 2.13); "
+            "embeddings, final norm, head and loss eager (HF Trainer's whole-model compile saves a little less). "
+            "Step time unchanged (no cited compile speed-up factor)." + ac)
