@@ -80,6 +80,10 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("qlora_impl", _S, "--qlora-impl", "with --qlora: bnb (bitsandbytes, HF/PEFT/axolotl) | torchao (NF4Tensor, "
                                        "torchtune) | bnb-legacy (bitsandbytes < 0.43.2: keeps each 4-bit linear's "
                                        "16-bit input) [bnb]"),
+    ("adapter_dtype", _S, "--adapter-dtype", "with LoRA: fp32 (PEFT's default upcast) | bf16 (the base's dtype: "
+                                             "torchtune, PEFT autocast_adapter_dtype=False) [fp32]"),
+    ("offload_activations", _B, "--offload-activations", "saved activations to pinned host memory (torchtune/TRL "
+                                                         "OffloadActivations, axolotl activation_offloading)"),
     ("stack", _S, "--stack", "a framework's shipped defaults for the flags not given: hf-trainer|trl|torchtune|"
                              "litgpt|axolotl|llama-factory|unsloth|ms-swift|torchtitan|megatron|deepspeed|"
                              "llm-foundry|accelerate (docs/stacks.md)"),

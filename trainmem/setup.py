@@ -55,6 +55,9 @@ lora_rank          0               0 = full fine-tuning
 qlora              False           NF4 base weights (needs lora_rank > 0)
 qlora_impl         bnb (qlora)     bnb (bitsandbytes Params4bit: quant state replicated under FSDP) | torchao (NF4Tensor)
                                    | bnb-legacy (bitsandbytes < 0.43.2: MatMul4Bit keeps its 16-bit input)
+adapter_dtype      fp32 (LoRA)     fp32 (PEFT's autocast_adapter_dtype=True) | bf16 (a bf16 base's dtype: torchtune,
+                                   PEFT autocast_adapter_dtype=False): adapters, their grads and optimizer states
+offload_activations False          saved tensors to pinned host memory (torchtune/TRL OffloadActivations; axolotl)
 gpu                H100-SXM-80G    a name from the hardware catalog
 gpu_memory         catalog's       bytes of memory of the GPU (overrides the catalog)
 stack              none            a framework's shipped defaults for the fields not given (trainmem.frameworks)
@@ -206,6 +209,19 @@ class TrainingSetup(BaseModel):
     rank keeps whole; ``torchao`` (torchtune): ``NF4Tensor``, whose ``fsdp_pre_all_gather`` shards and gathers the
     packed data with its scalers (torchao/dtypes/nf4tensor.py); ``bnb-legacy``: bitsandbytes before 0.43.2, whose
     ``MatMul4Bit`` also keeps each 4-bit linear's 16-bit input for backward (trainmem/memory/bnb_legacy.py)."""
+    adapter_dtype: Literal["fp32", "bf16"] | None = None
+    """With LoRA: the adapters' dtype (their gradients and AdamW states follow it: torch.optim keeps states in the
+    parameter's dtype). ``fp32`` (default): PEFT ``get_peft_model(..., autocast_adapter_dtype=True)`` upcasts
+    adapters to fp32 (peft/tuners/tuners_utils.py ``_cast_adapter_dtype``, 0.21.2); ``bf16``: a bf16 base's
+    dtype — torchtune's ``LoRALinear`` in the model dtype (no fp32 copy), PEFT with
+    ``autocast_adapter_dtype=False``. (fp16 adapters cannot train under loss scaling: torch's GradScaler raises
+    "Attempting to unscale FP16 gradients".)"""
+    offload_activations: bool = False
+    """Saved activations go to pinned host memory in the forward and come back in the backward: torchtune's
+    ``OffloadActivations`` (training/_activation_offloading.py, ``use_streams``, ``min_offload_size`` 1024 B,
+    ``max_fwd_stash_size`` 5; the LM head kept by a ``NoOpManager``), which TRL copies
+    (trl/models/activation_offloading.py) and axolotl's ``activation_offloading: true`` uses
+    (memory/act_offload.py)."""
     gpu: str = "H100-SXM-80G"
     gpu_memory: int | None = Field(None, ge=1)
     stack: str | None = None
@@ -542,5 +558,6 @@ def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
     if setup.seq_len > spec.max_position_embeddings and spec.position == "learned":
         raise ConfigError(f"seq_len({setup.seq_len}) > max_position_embeddings({spec.max_position_embeddings}) of a model with learned positions")
     if setup.is_lora:  # PEFT's module names for this family, all-linear, rank <= min(in, out)
-        from trainmem.model.lora_targets import check_lora_targets
+        from trainmem.model.lora_targets import check_head_target, check_lora_targets
         check_lora_targets(spec, setup.lora_targets, setup.lora_rank)
+        check_head_target(spec, setup)

@@ -46,6 +46,12 @@ PEFT_CASES = [
     ("opt", "all-linear"),                                  # q/k/v/out_proj, fc1, fc2
     ("opt-350m-style", "all-linear"),                       # + decoder.project_in / project_out
     ("opt-350m-style", "q_proj,v_proj,out_proj,fc2"),
+    # the output head (named only: all-linear leaves it out); tied embeddings: the adapter wraps the head alone
+    ("llama-biases", "q_proj,v_proj,lm_head"),
+    ("qwen2-tied", "lm_head"),
+    ("gpt2", "c_attn,lm_head"),
+    ("gpt_neox", "query_key_value,lm_head"),
+    ("opt-350m-style", "q_proj,lm_head"),                   # lm_head reads project_out's w-wide output
 ]
 
 

@@ -198,7 +198,8 @@ def paged_optimizer_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     in torch memory). Tensors: every adapted linear's ``lora_A`` (r × in) and ``lora_B`` (out × r) under LoRA;
     else the embeddings, the LM head and every linear weight of the layers (stacked routed experts whole);
     norms, biases and routers stay below the threshold on real models and are left in torch memory."""
-    from trainmem.model.lora_targets import layer_linears, targeted_layer_linears, targeted_model_linears
+    from trainmem.model.lora_targets import (layer_linears, targeted_head_linear, targeted_layer_linears,
+                                             targeted_model_linears)
 
     if setup.optimizer not in PAGED_OPTIMIZERS:
         return 0
@@ -210,6 +211,8 @@ def paged_optimizer_state_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
         for idx in range(spec.num_layers):
             n += sum(big(r * lin.fin) + big(lin.fout * r) for lin in targeted_layer_linears(spec, setup.lora_targets, idx))
         n += sum(big(r * lin.fin) + big(lin.fout * r) for lin in targeted_model_linears(spec, setup.lora_targets))
+        head = targeted_head_linear(spec, setup.lora_targets)  # (LoRA on lm_head)
+        n += big(r * head.fin) + big(head.fout * r) if head else 0
         return per_elem * n
     pc = spec.params
     for idx, lp in enumerate(pc.layers):

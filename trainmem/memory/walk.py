@@ -11,6 +11,8 @@ from trainmem.memory.activations import (embedding_saved, gpt_oss_recompute_fram
                                          lora_forward_frame_bytes, lora_head_frame_bytes, lora_recompute_frame_bytes,
                                          recomputed_checkpoint_input_bytes)
 from trainmem.memory.engines import Engine
+from trainmem.memory.lora_head import (head_adapter_backward_bytes, head_adapter_forward_bytes,
+                                       head_adapter_keeps_input, head_adapter_saved_bytes)
 from trainmem.memory.loss import LossBuffers
 from trainmem.memory.plan import StepPlan
 from trainmem.memory.timeline import Timeline
@@ -147,13 +149,16 @@ class StepWalk:
         tl, p, s, loss = self.tl, self.plan, self.s, self.loss
         tl.mark(f"loss mb{mb}")
         fused = s.loss == "fused-linear"
-        tl.alloc(f"head{mb}", "activations", head_saved(self.spec, s, lm_input=not fused))
+        tl.alloc(f"head{mb}", "activations", head_saved(self.spec, s, lm_input=not fused)
+                 + head_adapter_saved_bytes(self.spec, s))  # (LoRA on lm_head: memory/lora_head.py)
         tl.alloc(f"hcopy{mb}", "activations", 0 if fused else p.head_copy)
         if fused:
             self._liger_weight_grads(mb)
         tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
+        tl.spike(f"lorahead{mb}", "activations", head_adapter_forward_bytes(self.spec, s))
         tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
-        tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes + lora_head_frame_bytes(self.spec, s))
+        frame = 0 if head_adapter_keeps_input(self.spec, s) else lora_head_frame_bytes(self.spec, s)
+        tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes + frame)
         if s.loop == "trainer" and not loss.logits_saved:
             # HF Trainer's compute_loss returns the loss only (torchtitan: ``del pred``; Megatron returns
             # the loss): the model output dies here; the loss graph keeps no reference to the logits
@@ -234,6 +239,7 @@ class StepWalk:
         if not keep_through_norm:
             tl.free(f"losskept{mb}")
         tl.alloc(f"glogits{mb}", "temporaries", loss.grad_logits_bytes)
+        tl.spike(f"loraheadbwd{mb}", "temporaries", head_adapter_backward_bytes(self.spec, self.s))
         if loss.logits_saved and self.s.loop == "trainer":
             tl.free(f"logits{mb}")  # (fused cross-entropy: its saved logits go once its backward has run)
         if not fused:

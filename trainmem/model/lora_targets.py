@@ -31,12 +31,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from trainmem.errors import ConfigError
 from trainmem.model.spec import ModelSpec
 
+if TYPE_CHECKING:
+    from trainmem.setup import TrainingSetup
+
 __all__ = ["LoraLinear", "ALL_LINEAR", "normalize_targets", "effective_targets", "peft_target_modules",
-           "layer_linears", "model_linears", "targeted_layer_linears", "targeted_model_linears",
-           "check_lora_targets", "lora_param_count_model"]
+           "layer_linears", "model_linears", "head_linear", "targeted_layer_linears", "targeted_model_linears",
+           "targeted_head_linear", "check_lora_targets", "check_head_target", "lora_param_count_model"]
 
 ALL_LINEAR = "all-linear"
 
@@ -166,6 +171,20 @@ def model_linears(spec: ModelSpec) -> tuple[LoraLinear, ...]:
     return ()
 
 
+def head_linear(spec: ModelSpec) -> LoraLinear | None:
+    """The output projection of a causal LM as a LoRA target (``lm_head`` in every transformers 5.24 family;
+    GPT-NeoX's hub checkpoints call it ``embed_out``, renamed on load): h → V,
+    reading the final norm's output (``logits_in``). PEFT adapts it only when named (``all-linear`` leaves the
+    output layer out); torchtune ``apply_lora_to_output``, litgpt ``lora_head`` are the same adapter. Tied
+    embeddings (PEFT 0.21.2 tuners_utils.py ``_check_tied_modules`` warns): the adapter wraps the head alone, the
+    frozen base weight stays the embedding's, so the count is r·(h + V) either way. None for encoders (their MLM
+    decoder is not modelled as a target)."""
+    if spec.is_encoder:
+        return None
+    w = (spec.hf_config.get("word_embed_proj_dim") or spec.hidden_size) if spec.model_type == "opt" else spec.hidden_size
+    return LoraLinear("lm_head", int(w), spec.vocab_size, "logits_in")
+
+
 def effective_targets(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[str, ...]:
     """Normalised targets; trainmem's default (q/k/v/o_proj) becomes the attention projections' paths on
     families that lack one of those modules."""
@@ -190,15 +209,19 @@ def _all(spec: ModelSpec) -> list[LoraLinear]:
             seen.setdefault(lin.path, lin)
     for lin in model_linears(spec):
         seen.setdefault(lin.path, lin)
+    head = head_linear(spec)
+    if head is not None:
+        seen.setdefault(head.path, head)
     return list(seen.values())
 
 
 def _valid_names(spec: ModelSpec) -> list[str]:
     names: list[str] = []
     for lin in _all(spec):
-        if lin.name not in names:
+        if lin.name not in names and lin.reads != "logits_in":
             names.append(lin.name)
-    return names + [ALL_LINEAR]
+    head = head_linear(spec)
+    return names + [ALL_LINEAR] + ([head.name] if head else [])
 
 
 def check_lora_targets(spec: ModelSpec, targets: tuple[str, ...], rank: int) -> None:
@@ -229,12 +252,25 @@ def check_lora_targets(spec: ModelSpec, targets: tuple[str, ...], rank: int) -> 
     all_linear = ALL_LINEAR in targets
     for lin in lins:
         named = any(_matches(lin.path, t) for t in targets if t != ALL_LINEAR)
-        if not named and not (all_linear and lin.fout > 1):
+        if not named and not (all_linear and lin.fout > 1 and lin.reads != "logits_in"):
             continue
         bound = min(lin.fin, lin.fout)
         if rank > bound:
             raise ConfigError(f"lora-rank({rank}) > min(in_features({lin.fin}), out_features({lin.fout})) = {bound} "
                               f"of {lin.path}")
+
+
+def check_head_target(spec: ModelSpec, setup: "TrainingSetup") -> None:
+    """Raise :class:`ConfigError` (one line) where LoRA on the output head is not modelled: a loss that does not
+    call the head as one module (chunked, Liger's fused linear), vocab-parallel logits (tp > 1)."""
+    if targeted_head_linear(spec, setup.lora_targets) is None:
+        return
+    if setup.loss not in ("hf", "fused-ce"):
+        raise ConfigError(f"lora-targets lm_head with --loss {setup.loss} is not modelled (the loss does not run the "
+                          f"head as one module); use --loss hf or fused-ce")
+    if setup.tp > 1:
+        raise ConfigError(f"lora-targets lm_head with tp({setup.tp}) > 1 is not modelled (a vocab-parallel head's "
+                          f"adapter); use tp 1")
 
 
 def targeted_layer_linears(spec: ModelSpec, targets: tuple[str, ...], layer_idx: int) -> tuple[LoraLinear, ...]:
@@ -253,10 +289,18 @@ def targeted_model_linears(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[L
     return tuple(lin for lin in model_linears(spec) if any(_matches(lin.path, t) for t in targets))
 
 
+def targeted_head_linear(spec: ModelSpec, targets: tuple[str, ...]) -> LoraLinear | None:
+    """The output projection when a target names it (``lm_head``; never by ``all-linear``)."""
+    head = head_linear(spec)
+    if head is None or not any(_matches(head.path, t) for t in effective_targets(spec, targets)):
+        return None
+    return head
+
+
 def lora_param_count_model(spec: ModelSpec, targets: tuple[str, ...], rank: int,
                            layers: range | None = None, outside_layers: bool = True) -> int:
     """LoRA parameters (lora_A: r × in, lora_B: out × r; bias="none") over ``layers`` (all by default)
-    and, with ``outside_layers``, the adapted linears outside them."""
+    and, with ``outside_layers``, the adapted linears outside them (the output head's r·(h + V) included)."""
     layer_range = range(spec.num_layers) if layers is None else layers
     per_kind: dict[bool, int] = {}
     n = 0
@@ -267,6 +311,8 @@ def lora_param_count_model(spec: ModelSpec, targets: tuple[str, ...], rank: int,
         n += per_kind[moe]
     if outside_layers:
         n += sum(rank * (lin.fin + lin.fout) for lin in targeted_model_linears(spec, targets))
+        head = targeted_head_linear(spec, targets)
+        n += rank * (head.fin + head.fout) if head else 0
     return n
 
 
@@ -274,6 +320,7 @@ def peft_target_modules(spec: ModelSpec, targets: tuple[str, ...]) -> str | list
     """``LoraConfig.target_modules`` for these targets: ``"all-linear"``, or the matched module paths
     (PEFT matches them as suffixes of the full module names)."""
     t = effective_targets(spec, targets)
-    if ALL_LINEAR in t:
-        return ALL_LINEAR
+    head = targeted_head_linear(spec, targets)
+    if ALL_LINEAR in t:  # (with the head: PEFT reads "all-linear" only as the whole string, so every path)
+        return ALL_LINEAR if head is None else sorted({lin.path for lin in _all(spec)})
     return sorted({lin.path for lin in _all(spec) if any(_matches(lin.path, x) for x in t)})

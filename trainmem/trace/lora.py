@@ -7,6 +7,7 @@ trainmem's LoRA setup (the estimator models the same, ``memory/activations.py`` 
   forward in ``torch.autocast`` (HF Trainer with ``bf16=True``); ``fp32`` keeps an fp32 base;
 - ``get_peft_model(model, LoraConfig(r, lora_alpha=16, lora_dropout=0.0, bias="none",
   target_modules=...))`` with ``autocast_adapter_dtype=True`` (the default): adapters in fp32;
+  ``--adapter-dtype bf16``: ``autocast_adapter_dtype=False``, adapters in the base's dtype (torchtune's);
   ``lora_dropout`` 0.0 is LoraConfig's default (PEFT ``tuners/lora/config.py``);
 - with ``--recompute full``: gradient checkpointing (non-reentrant) and
   ``model.enable_input_require_grads()``, as HF Trainer / ``prepare_model_for_kbit_training`` do;
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
     from trainmem.setup import TrainingSetup
 
-__all__ = ["LORA_ALPHA", "LORA_DROPOUT", "lora_base_dtype", "apply_lora"]
+__all__ = ["LORA_ALPHA", "LORA_DROPOUT", "lora_base_dtype", "adapter_torch_dtype", "apply_lora"]
 
 LORA_ALPHA = 16
 LORA_DROPOUT = 0.0
@@ -39,6 +40,11 @@ _BASE_16 = {"bf16": torch.bfloat16, "amp-bf16": torch.bfloat16, "fp16": torch.fl
 def lora_base_dtype(setup: "TrainingSetup") -> torch.dtype:
     """dtype of the frozen base model: 16-bit for every 16-bit recipe (autocast ones included), else fp32."""
     return _BASE_16.get(setup.precision, torch.float32)
+
+
+def adapter_torch_dtype(setup: "TrainingSetup") -> torch.dtype:
+    """The adapters' dtype: fp32 (PEFT's ``autocast_adapter_dtype=True``) or the base's 16-bit dtype."""
+    return torch.bfloat16 if setup.adapter_dtype == "bf16" else torch.float32
 
 
 def apply_lora(model: nn.Module, spec: "ModelSpec", setup: "TrainingSetup") -> nn.Module:
@@ -53,6 +59,7 @@ def apply_lora(model: nn.Module, spec: "ModelSpec", setup: "TrainingSetup") -> n
     target = peft_target_modules(spec, setup.lora_targets)
     config = LoraConfig(r=setup.lora_rank, lora_alpha=LORA_ALPHA, lora_dropout=LORA_DROPOUT, bias="none",
                         target_modules=target)
+    adapter_dtype = adapter_torch_dtype(setup)
     # PEFT moves each new adapter to the base layer's device and dtype (Module.to), then upcasts it to fp32
     # (autocast_adapter_dtype). Module.to swaps FakeTensor parameters (torch.utils.swap_tensors), which
     # fails on the tracked fake tensors; the adapters are created fp32 on the base's (fake) device already,
@@ -67,17 +74,23 @@ def apply_lora(model: nn.Module, spec: "ModelSpec", setup: "TrainingSetup") -> n
             return self
         return to(self, *args, **kwargs)
 
+    # 16-bit adapters (``autocast_adapter_dtype=False``): PEFT's move would cast them to the base's dtype; they are
+    # created in it instead (nn.Linear takes the default dtype).
     BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *args, **kwargs: None
     nn.Module.to = same_device_to
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(adapter_dtype)
     try:
         with warnings.catch_warnings():  # PEFT's own chatter would corrupt --json users' logs
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
             warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False.*")  # GPT-2's Conv1D
-            peft_model = get_peft_model(model, config)
+            warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")  # lm_head on a tied model
+            peft_model = get_peft_model(model, config, autocast_adapter_dtype=adapter_dtype == torch.float32)
     finally:
+        torch.set_default_dtype(default_dtype)
         BaseTunerLayer._move_adapter_to_device_of_base_layer = move
         nn.Module.to = to
-    bad = [n for n, p in model.named_parameters() if p.requires_grad and (p.dtype != torch.float32 or "lora_" not in n)]
+    bad = [n for n, p in model.named_parameters() if p.requires_grad and (p.dtype != adapter_dtype or "lora_" not in n)]
     if bad:
-        raise RuntimeError(f"LoRA set-up: trainable parameters other than fp32 adapters: {bad[:3]}")
+        raise RuntimeError(f"LoRA set-up: trainable parameters other than {adapter_dtype} adapters: {bad[:3]}")
     return peft_model.get_base_model()

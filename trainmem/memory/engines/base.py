@@ -34,7 +34,7 @@ class ModelStates:
 
 def lora_base(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str]) -> tuple[int, int]:
     """(bytes of one trainable element, bytes of the frozen base) for this rank. PEFT keeps adapters in
-    fp32 (autocast_adapter_dtype=True); the frozen base is 16-bit (NF4 for the quantised matmul weights
+    fp32 (autocast_adapter_dtype=True), ``adapter_dtype`` bf16 in the base's dtype; the frozen base is 16-bit (NF4 for the quantised matmul weights
     with --qlora). Full fine-tuning: (the recipe's parameter bytes, 0)."""
     from trainmem.memory.states import param_bytes_per_elem
 
@@ -48,6 +48,10 @@ def lora_base(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str
         notes.append("QLoRA: each NF4 weight is dequantised to a 16-bit temporary for its matmul")
     else:
         base = frozen * (4 if s.precision == "fp32" else 2)
+    if s.adapter_dtype == "bf16":
+        notes.append(f"LoRA: adapters {s.adapter_dtype} (the base's dtype: torchtune, PEFT autocast_adapter_dtype=False; "
+                     "no fp32 copy), gradients and optimizer states in it; base frozen")
+        return 2, base
     notes.append("LoRA: adapters fp32 (PEFT default), base frozen; only adapters have gradients and optimizer state")
     notes.append("LoRA (PEFT, lora_dropout 0, bias none): the frozen base is 16-bit (amp recipes: autocast over "
                  "it); frozen linears keep no input, frozen norms no normalised copy; each adapter keeps its "

@@ -53,12 +53,14 @@ def ds_largest_param_elems(spec: ModelSpec, s: TrainingSetup) -> int:
     checks copy whole (full fine-tuning: the embedding / LM head, a layer's largest linear weight or,
     in an MoE layer, its stacked routed-expert weight over ep ranks, transformers 5.x ``experts.gate_up_proj``;
     LoRA: the largest adapter matrix, rank · max(in, out))."""
-    from trainmem.model.lora_targets import layer_linears, targeted_layer_linears
+    from trainmem.model.lora_targets import layer_linears, targeted_head_linear, targeted_layer_linears
 
     ep = s.ep
-    if s.is_lora:
-        return max((s.lora_rank * max(lin.fin, lin.fout) for i in range(spec.num_layers)
-                    for lin in targeted_layer_linears(spec, s.lora_targets, i)), default=0)
+    if s.is_lora:  # (an adapted output head: its lora_B, V × r)
+        head = targeted_head_linear(spec, s.lora_targets)
+        return max([s.lora_rank * max(lin.fin, lin.fout) for i in range(spec.num_layers)
+                    for lin in targeted_layer_linears(spec, s.lora_targets, i)]
+                   + ([s.lora_rank * head.fout] if head else []), default=0)
     p = spec.params
     out = max(p.embedding, p.lm_head)
     for i, lp in enumerate(p.layers):
