@@ -141,3 +141,40 @@ def test_readme_carries_the_scripts_headline() -> None:
     norm = lambda t: re.sub(r"\s+", " ", t)  # noqa: E731
     assert norm(para) in norm(readme), "README.md's published-measurements paragraph differs from the script's " \
                                        "(python benchmarks/published.py --readme)"
+
+
+def test_dev_since_moves_a_held_out_point_to_dev_and_is_listed():
+    """A held-out point that made someone add a feature (``dev_since``) counts as dev and is printed as such."""
+    import io
+
+    splits = {"dev": ["a/x"], "held_out": ["b/y"]}
+    looked_at = {"id": "p2", "source": {"repo": "b/y"}, "dev_since": "2026-12-02: feature X added because it missed"}
+    assert published.split_of(looked_at, splits) == "dev"
+    assert published.split_of({"source": {"repo": "b/y"}}, splits) == "held_out"
+    pt = {"id": "p2", "model": "llama-3.2-1b", "metric": "allocated", "setup": {"seq_len": 128},
+          "measured": {"value": 5, "unit": "GiB"}, "source": {"repo": "b/y", "url": "https://x"}, "quote": "q",
+          "dev_since": "2026-12-02: feature X"}
+    rows = published.evaluate_all([pt])
+    assert [r.id for r in published.turned_dev(rows)] == ["p2"]
+    assert published.split_rows(rows, splits)["held_out"] == []
+    out = io.StringIO()
+    published.print_table(rows, out=out, splits=splits)
+    assert "turned into development data (dev_since): 1" in out.getvalue()
+    assert "(`dev_since`): 1." in published.readme_paragraph(rows, splits)
+
+
+def test_every_expressible_point_under_minus_10_has_a_diagnosis():
+    rows = published.evaluate_all(POINTS)
+    missing = [r.id for r in rows if r.expressible and r.error < published.UNDER_BELOW and not r.point.get("diagnosis")]
+    assert not missing, f"expressible points under -10 % without a diagnosis: {missing}"
+
+
+def test_points_this_session_unlocked_are_expressible():
+    """Yi-6B and Qwen-7B (Qwen1) are in the catalog and bitsandbytes < 0.43.2 is qlora_impl bnb-legacy: no point
+    still declares them as needs."""
+    for p in POINTS:
+        for n in p.get("needs", []):
+            assert not n.startswith(("model not in catalog: 01ai/Yi-6B", "model not in catalog: Qwen/Qwen-7B",
+                                     "bitsandbytes < 0.43.2")), (p["id"], n)
+    legacy = [p["id"] for p in POINTS if p["setup"].get("qlora_impl") == "bnb-legacy"]
+    assert "litgpt-llama2-7b-qlora" in legacy and "swift-qwen7b-qlora-bnb" in legacy
