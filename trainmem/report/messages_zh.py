@@ -372,6 +372,18 @@ EXACT: dict[str, str] = {
     "invalid start byte": "非法的起始字节",
     "invalid continuation byte": "非法的后续字节",
     "unexpected end of data": "数据意外结束",
+    # ------------------------------------------------------------------ adapters (setup.py, memory/engines/base.py)
+    "--adapter-dtype: deepspeed casts the whole model (adapters included) to 16 bits and keeps fp32 masters itself; "
+    "the adapter dtype is a torch/fsdp2 choice":
+        "--adapter-dtype：deepspeed 会把整个模型（包括 adapter）转换为 16 位，并自行保留 fp32 主权重；"
+        "adapter 的 dtype 只在 torch/fsdp2 下可选",
+    "--offload-activations (torchtune/TRL OffloadActivations) is modelled for --engine torch or fsdp2 without "
+    "pipeline parallelism":
+        "--offload-activations（torchtune/TRL 的 OffloadActivations）只对不带流水线并行的 --engine torch 或 fsdp2 建模",
+    "LoRA: adapters bf16 (the base's dtype: torchtune, PEFT autocast_adapter_dtype=False; no fp32 copy), gradients "
+    "and optimizer states in it; base frozen":
+        "LoRA：adapter 为 bf16（与基座相同的 dtype：torchtune，PEFT autocast_adapter_dtype=False；没有 fp32 副本），"
+        "其梯度和优化器状态也是 bf16；基座冻结",
 }
 
 PATTERNS: list[tuple[str, str]] = [
@@ -507,6 +519,15 @@ PATTERNS: list[tuple[str, str]] = [
     ("--optimizer {o:w}: bitsandbytes' paged optimizers are modelled for --engine torch (single GPU or DDP), not {e:w}",
      "--optimizer {o}：bitsandbytes 的分页优化器只对 --engine torch（单卡或 DDP）建模，不支持 {e}"),
     ("--qlora-impl {i:w} needs --qlora", "--qlora-impl {i} 需要 --qlora"),
+    ("--adapter-dtype {d:w} needs LoRA (--lora-rank > 0)", "--adapter-dtype {d} 需要 LoRA（--lora-rank > 0）"),
+    ("--adapter-dtype bf16 keeps the adapters in the base's dtype: it needs a bf16 base (--precision bf16 or "
+     "amp-bf16), not {p:w}",
+     "--adapter-dtype bf16 让 adapter 保持基座的 dtype：需要 bf16 基座（--precision bf16 或 amp-bf16），而不是 {p}"),
+    ("lora-targets lm_head with --loss {l:w} is not modelled (the loss does not run the head as one module); use "
+     "--loss hf or fused-ce",
+     "lora-targets lm_head 与 --loss {l} 的组合未建模（该损失函数不把输出层作为一个模块调用）；请用 --loss hf 或 fused-ce"),
+    ("lora-targets lm_head with tp({t:d}) > 1 is not modelled (a vocab-parallel head's adapter); use tp 1",
+     "lora-targets lm_head 与 tp({t}) > 1 的组合未建模（按词表并行切分的输出层上的 adapter）；请用 tp 1"),
     ("--optimizer-in-backward steps in the backward: it cannot accumulate gradients (grad_accum({g:d}) must be 1, as "
      "torchtune requires)",
      "--optimizer-in-backward 在反向传播中执行优化器更新，无法累积梯度（grad_accum({g}) 必须为 1，与 torchtune 的要求一致）"),

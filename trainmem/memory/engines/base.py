@@ -49,7 +49,7 @@ def lora_base(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str
     else:
         base = frozen * (4 if s.precision == "fp32" else 2)
     if s.adapter_dtype == "bf16":
-        notes.append(f"LoRA: adapters {s.adapter_dtype} (the base's dtype: torchtune, PEFT autocast_adapter_dtype=False; "
+        notes.append("LoRA: adapters bf16 (the base's dtype: torchtune, PEFT autocast_adapter_dtype=False; "
                      "no fp32 copy), gradients and optimizer states in it; base frozen")
         return 2, base
     notes.append("LoRA: adapters fp32 (PEFT default), base frozen; only adapters have gradients and optimizer state")
