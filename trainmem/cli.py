@@ -17,7 +17,6 @@ import typer
 
 from trainmem import cli_options as opt
 from trainmem.errors import TrainmemError
-from trainmem.report.i18n import check_lang
 
 # Plain click help (rich_markup_mode=None): it wraps long option lists instead of cutting them with "…".
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -41,57 +40,10 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """Per-GPU memory of one training step: estimate, trace, explain."""
 
 
-@app.command()
-@opt.with_setup_options
-def estimate(
-    model: opt.Model, as_json: opt.Json = False,
-    explain: bool = typer.Option(False, "--explain", help="show the formula and source behind every line"),
-    max_micro_batch: bool = typer.Option(False, "--max-micro-batch", help="largest micro-batch that fits on --gpu"),
-    lang: opt.Lang = "en", **setup: object,
-) -> None:
-    """Estimate the peak GPU memory of one training step on the most loaded rank."""
-    from trainmem.api import build
-    from trainmem.memory import estimate as run_estimate
+# `trainmem estimate` and `trainmem explain` (estimate_cli: the web API parses with the same commands)
+from trainmem.estimate_cli import register as _register_estimate  # noqa: E402
 
-    check_lang(lang)
-    spec, ts = build(model, **opt.setup_fields(setup))
-    if max_micro_batch:
-        from trainmem.memory.search import max_micro_batch as search
-        best, est = search(spec, ts)
-        if as_json:
-            from trainmem.python_api import max_micro_batch_json
-            print(json.dumps(max_micro_batch_json(ts, best, est)))
-        else:
-            from trainmem.report.table import print_max_micro_batch
-            print_max_micro_batch(best, est, ts, lang)
-        return
-    est = run_estimate(spec, ts)
-    given = opt.setup_fields(setup)
-    if as_json:  # the library's builder, which trainmem.estimate() returns too
-        from trainmem.python_api import estimate_json
-        print(json.dumps(estimate_json(spec, ts, est, explain=explain, given=given)))
-        return
-    from trainmem.report.table import print_estimate, print_fix
-    print_estimate(spec, ts, est, lang)
-    if explain:
-        from trainmem.report.explain import print_explain
-        print_explain(spec, ts, est, lang)
-    if not est.fits:  # the output ends with the command that makes the run fit
-        from trainmem.plan.compare import cheapest_fix
-        print_fix(cheapest_fix(spec, ts, given), model, given, lang)
-
-
-@app.command("explain")
-@opt.with_setup_options
-def explain_cmd(model: opt.Model, lang: opt.Lang = "en", **setup: object) -> None:
-    """Show every line's formula and source, and how the seed/ZeRO-paper/DeepSpeed accountings differ."""
-    from trainmem.api import build
-    from trainmem.memory import estimate as run_estimate
-    from trainmem.report.explain import print_explain
-
-    check_lang(lang)
-    spec, ts = build(model, **opt.setup_fields(setup))
-    print_explain(spec, ts, run_estimate(spec, ts), lang)
+_register_estimate(app)
 
 
 @app.command("models")

@@ -28,6 +28,13 @@ NOT_FITTING = [
 ]
 
 
+def _printed_command(out: str) -> str:
+    """The command at the end of ``trainmem estimate``'s output, its continuation lines (`` \\``) joined."""
+    lines = out.rstrip().splitlines()
+    start = max(i for i, ln in enumerate(lines) if ln.strip().startswith("trainmem estimate "))
+    return " ".join(ln.strip().removesuffix("\\").strip() for ln in lines[start:])
+
+
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
     rc = main(list(argv))
     out = capsys.readouterr()
@@ -97,9 +104,9 @@ def test_readme_first_example_ends_with_the_command_that_fits(capsys) -> None:
     argv = ["estimate", "llama-3.1-8b", "--engine", "fsdp2", "--gpus", "8", "--seq-len", "4096", "--micro-batch", "2"]
     rc, out, _ = _cli(capsys, *argv)
     assert rc == 0 and "does NOT fit" in out
-    lines = [ln.strip() for ln in out.strip().splitlines()]
-    assert "cheapest fix that fits: gradient accumulation ×2 (same global batch)" in " ".join(lines[-3:])
-    command = lines[-1]
+    assert "cheapest fix that fits: gradient accumulation ×2 (same global batch)" in " ".join(out.split())
+    assert max(len(ln) for ln in out.splitlines()) <= 80  # wrapped as the shell reads it, not cut
+    command = _printed_command(out)
     assert command == ("trainmem estimate llama-3.1-8b --seq-len 4096 --micro-batch 1 --engine fsdp2 --gpus 8 "
                        "--grad-accum 2")
     rc, out, _ = _cli(capsys, *shlex.split(command)[1:], "--json")
@@ -123,7 +130,7 @@ def test_the_fix_command_runs_the_fix(model: str, fields: dict, capsys) -> None:
         assert fix["fits"] and fix["technique"] == best_fitting[0]["technique"]
     argv = ["estimate", model] + [a for k, v in fields.items() for a in (flag_of(k), str(v))]
     rc, out, _ = _cli(capsys, *argv)
-    command = out.strip().splitlines()[-1].strip()
+    command = _printed_command(out)
     assert rc == 0 and command.startswith(f"trainmem estimate {model} ")
     rc, out, err = _cli(capsys, *shlex.split(command)[1:], "--json")
     assert rc == 0, err
@@ -169,3 +176,19 @@ def client():  # noqa: ANN201
     from trainmem.web import create_app
     with TestClient(create_app()) as c:
         yield c
+
+
+def test_the_wrapped_command_is_one_shell_command() -> None:
+    """Pasted into a shell, the wrapped lines give the same arguments as the command (bash reads them)."""
+    import subprocess
+
+    from trainmem.report.table import wrap_command
+    cmd = ("trainmem estimate 'my model/config.json' --seq-len 4096 --micro-batch 1 --engine fsdp2 --gpus 8 "
+           "--grad-accum 2 --stage-layers 15,16,16,15 --sp")
+    for width in (40, 60, 80, 200):
+        lines = wrap_command(cmd, width)
+        assert all(len(ln) <= width for ln in lines[1:] if not ln.strip().startswith("'")), lines
+        script = "printf '%s\\n' " + "\n".join(lines).strip()[len("trainmem "):]
+        got = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+        assert got == shlex.split(cmd)[1:]
+    assert len(wrap_command(cmd, 200)) == 1

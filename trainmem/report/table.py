@@ -12,7 +12,7 @@ from trainmem.report.i18n import t, tr
 from trainmem.setup import TrainingSetup
 from trainmem.units import GB, GiB
 
-__all__ = ["print_estimate", "print_max_micro_batch", "print_fix", "fix_lines", "result_line", "STATIC_CATEGORIES"]
+__all__ = ["print_estimate", "print_max_micro_batch", "print_fix", "fix_lines", "wrap_command", "result_line", "STATIC_CATEGORIES"]
 
 #: Categories that stay allocated between steps (the flat baseline); the rest come and go each step.
 STATIC_CATEGORIES = ("parameters", "master_weights", "optimizer_states")
@@ -118,7 +118,31 @@ def print_fix(fix: dict | None, model: str, given: dict, lang: str = "en", conso
     head, cmd = fix_lines(fix, model, given, lang)
     con.print(f"[bold]{_esc(head)}[/bold]")
     if cmd:
-        con.print("  " + cmd, markup=False, highlight=False, soft_wrap=True)
+        for line in wrap_command(cmd, con.width):
+            con.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def wrap_command(cmd: str, width: int, indent: str = "  ") -> list[str]:
+    """A shell command as lines of at most ``width`` characters where it can (a flag stays with its value),
+    each but the last ending in `` \\`` so that the lines, pasted, run as one command."""
+    import shlex
+
+    words = [shlex.quote(w) for w in shlex.split(cmd)]
+    units: list[str] = []
+    for w in words:  # "--flag value" is one unit
+        if units and units[-1].startswith("--") and " " not in units[-1] and not w.startswith("--"):
+            units[-1] += " " + w
+        else:
+            units.append(w)
+    lines, cur = [], indent
+    for u in units:
+        if cur.strip() and len(cur) + 1 + len(u) + 2 > width:
+            lines.append(cur + " \\")
+            cur = indent * 2 + u
+        else:
+            cur = f"{cur} {u}" if cur.strip() else cur + u
+    lines.append(cur)
+    return lines
 
 
 def print_max_micro_batch(best: int, est: MemoryEstimate | None, setup: TrainingSetup, lang: str = "en") -> None:

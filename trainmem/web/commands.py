@@ -28,7 +28,13 @@ _DOCTOR_TEXT = ("error", "log", "nvidia_smi", "config", "snapshot")
 def _click_command(name: str):  # noqa: ANN202 - a click command
     import typer
 
-    from trainmem.cli import app
+    from trainmem import doctor_cli, estimate_cli, plan_cli
+
+    # the CLI's own commands, registered on an app of the web's (importing trainmem.cli would import `serve`,
+    # which imports this module)
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+    for module in (estimate_cli, plan_cli, doctor_cli):
+        module.register(app)
     group = typer.main.get_command(app)
     cmd = group.commands.get(name)  # type: ignore[attr-defined]
     if cmd is None:
