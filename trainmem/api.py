@@ -64,8 +64,8 @@ def build_spec(spec: ModelSpec, **setup_fields: object) -> tuple[ModelSpec, Trai
     if notes:
         setup = make_setup(**fields)
     notes += _context_notes(spec, setup)
-    if notes:
-        setup = setup.model_copy(update={"notes": tuple(notes)})
+    if notes:  # after the notes the fields brought (a --from file's: trainmem.frameworks.readers)
+        setup = setup.model_copy(update={"notes": tuple(setup.notes) + tuple(notes)})
     _check_step_size(setup)
     get_gpu(setup.gpu)  # an unknown GPU name is refused by every command, before any work
     validate_for_model(setup, spec)

@@ -15,11 +15,21 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-__all__ = ["Model", "Json", "Lang", "SETUP_OPTIONS", "SETUP_FIELDS", "setup_fields", "with_setup_options"]
+__all__ = ["Model", "Json", "Lang", "SETUP_OPTIONS", "SETUP_FIELDS", "setup_fields", "with_setup_options",
+           "apply_from_file"]
 
 Model = Annotated[str, typer.Argument(help="catalog name (trainmem models), path to config.json, or a size like 7B")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 Lang = Annotated[str, typer.Option("--lang", help="en|zh")]
+_OPTIONAL_MODEL = Annotated[Optional[str], typer.Argument(
+    help="catalog name (trainmem models), path to config.json, or a size like 7B [the --from file's model]",
+    show_default=False)]
+#: ``--from FILE`` on every command with the setup flags (trainmem.frameworks.readers).
+_FROM_PARAMETER = inspect.Parameter(
+    "from_file", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[Optional[str], typer.Option(
+        "--from", show_default=False, help="read the setup (and MODEL) from a training config: axolotl, LLaMA-Factory, "
+        "torchtune, litgpt YAML; HF TrainingArguments / TRL JSON or YAML; DeepSpeed JSON; Accelerate YAML; "
+        "torchtitan TOML; Megatron-LM arguments or NeMo YAML (flags given win)")])
 
 _I, _S, _B = Optional[int], Optional[str], bool
 
@@ -113,19 +123,56 @@ def with_setup_options(func: Callable[..., None]) -> Callable[..., None]:
     positional = [p for p in own if p.default is inspect.Parameter.empty]
     rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.default is not inspect.Parameter.empty]
 
+    takes_model = any(p.name == "model" for p in positional)
+    if takes_model:  # MODEL may come from --from FILE (the file's base_model, model_name_or_path, ...)
+        positional = [p.replace(default=None, annotation=_OPTIONAL_MODEL) if p.name == "model" else p
+                      for p in positional]
+
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> None:
+        path = kwargs.pop("from_file", None)
+        if path is not None:
+            kwargs = apply_from_file(path, kwargs)
+        elif takes_model and kwargs.get("model") is None:
+            from trainmem.errors import ConfigError
+            raise ConfigError("missing the MODEL argument (a catalog name, a config.json path or a size like 7B), "
+                              "or give --from FILE")
         return func(*args, **kwargs)
 
-    params = positional + _setup_parameters() + rest
+    params = positional + _setup_parameters() + [_FROM_PARAMETER] + rest
     wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     return wrapper
 
 
+def apply_from_file(path: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A command's arguments with ``--from FILE`` read in (trainmem.frameworks.readers): the setup flags given win
+    over the file's values, MODEL over the model it names; the file's assumption lines travel as ``notes``."""
+    from trainmem.errors import ConfigError
+    from trainmem.frameworks.readers import merge_fields, read_config
+
+    file = read_config(path)
+    merged = merge_fields(file, setup_fields(kwargs))
+    out = dict(kwargs)
+    out.update({k: merged.get(k) for k in SETUP_FIELDS})
+    notes = file.notes()
+    if "model" in out:
+        if out["model"] is None and file.model is None:
+            raise ConfigError(f"--from {path}: {file.model_error or 'the file names no model'}; give MODEL")
+        if out["model"] is None:
+            out["model"] = file.model
+        elif file.model is not None and file.model != out["model"]:
+            notes.append(f"model {out['model']}: given on the command line, not the file's {file.model}")
+    out["notes"] = tuple(notes)
+    return out
+
+
 def setup_fields(args: dict) -> dict:
-    """The setup fields of a command's arguments; unset boolean flags are left to the defaults."""
+    """The setup fields of a command's arguments; unset boolean flags are left to the defaults. The assumption
+    lines of a ``--from`` file (``notes``) pass through."""
     out = {k: args[k] for k in SETUP_FIELDS if k in args}
+    if args.get("notes"):
+        out["notes"] = tuple(args["notes"])
     for flag in _BOOL_FIELDS:
         if flag in out and not out[flag]:
             out[flag] = None

@@ -264,7 +264,7 @@ def cli_flags(fields: Mapping[str, object]) -> list[str]:
     """Setup fields as command-line arguments (unset and false ones left out)."""
     out: list[str] = []
     for k, v in fields.items():
-        if v is None or v is False:
+        if v is None or v is False or k == "notes":  # notes: a --from file's assumption lines, not a flag
             continue
         out += [flag_of(k)] if v is True else [flag_of(k), _flag_value(v)]
     return out

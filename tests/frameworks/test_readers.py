@@ -1,0 +1,181 @@
+"""``--from FILE``: each framework's own example config (tests/frameworks/configs, copied from the frameworks'
+repositories at the pinned releases, source in each file's header / configs/README.md) gives the same ``setup``
+as the equivalent flags, written here by hand from the file and the framework's defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainmem.api import build
+from trainmem.frameworks.readers import merge_fields, read_config
+
+CONFIGS = Path(__file__).parent / "configs"
+
+#: file → (MODEL the file names, the equivalent flags). Each comment says where a value comes from.
+CASES: dict[str, tuple[str, dict]] = {
+    # axolotl v0.18.0 examples/llama-3/lora-1b.yml: bf16 auto → bf16 weights; adamw_8bit; flash_attention
+    "axolotl_llama3_lora-1b.yml": ("llama-3.2-1b", dict(
+        stack="axolotl", seq_len=2048, micro_batch=2, grad_accum=2, precision="bf16", optimizer="adamw-8bit",
+        attn="flash", recompute="full", lora_rank=16,
+        lora_targets="gate_proj,down_proj,up_proj,q_proj,v_proj,k_proj,o_proj")),
+    "axolotl_llama3_qlora-1b.yml": ("llama-3.2-1b", dict(
+        stack="axolotl", seq_len=2048, micro_batch=2, grad_accum=4, precision="bf16", optimizer="adamw-8bit",
+        attn="flash", recompute="full", lora_rank=32, qlora=True,
+        lora_targets="gate_proj,down_proj,up_proj,q_proj,v_proj,k_proj,o_proj")),
+    # fsdp [full_shard, auto_wrap] + fsdp_offload_params; liger_fused_linear_cross_entropy; adamw_torch_fused
+    "axolotl_fft-8b-liger-fsdp.yaml": ("llama-3.1-8b", dict(
+        stack="axolotl", seq_len=4096, micro_batch=2, grad_accum=4, precision="bf16", optimizer="adamw",
+        optimizer_impl="fused", attn="flash", recompute="full", loss="fused-linear", engine="fsdp2", zero=3,
+        offload="optimizer+params")),
+    # LLaMA-Factory v0.9.5: gradient checkpointing on by default; lora_target all; the base loaded in bf16
+    "llamafactory_qwen3_lora_sft.yaml": ("qwen3-4b", dict(
+        stack="llama-factory", lora_rank=8, lora_targets="all-linear", seq_len=2048, micro_batch=1, grad_accum=8,
+        recompute="full", optimizer="adamw", optimizer_impl="fused", precision="bf16")),
+    "llamafactory_qwen3_lora_sft_otfq.yaml": ("qwen3-4b", dict(
+        stack="llama-factory", lora_rank=8, lora_targets="all-linear", qlora=True, seq_len=2048, micro_batch=1,
+        grad_accum=8, recompute="full", optimizer="adamw", optimizer_impl="fused", precision="bf16")),
+    # deepspeed: examples/deepspeed/ds_z3_config.json (relative path): "auto" filled from the HF arguments
+    "llamafactory_qwen3_full_sft.yaml": ("qwen3-4b", dict(
+        stack="llama-factory", engine="deepspeed", zero=3, precision="mixed-bf16", seq_len=2048, micro_batch=1,
+        grad_accum=2, recompute="full", optimizer="adamw")),
+    "llamafactory_qwen3_lora_sft_ds3.yaml": ("qwen3-4b", dict(
+        stack="llama-factory", engine="deepspeed", zero=3, precision="mixed-bf16", seq_len=2048, micro_batch=1,
+        grad_accum=2, recompute="full", optimizer="adamw", lora_rank=8, lora_targets="all-linear")),
+    # torchtune v0.6.1: output_proj → o_proj, apply_lora_to_mlp → gate/up/down; dtype bf16; CEWithChunkedOutputLoss
+    "torchtune_llama3_2_1B_lora_single_device.yaml": ("llama-3.2-1b", dict(
+        stack="torchtune", engine="torch", lora_rank=64, lora_targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+        micro_batch=4, grad_accum=8, precision="bf16", recompute="none", optimizer="adamw", optimizer_impl="fused",
+        loss="chunked")),
+    "torchtune_llama3_1_8B_lora.yaml": ("llama-3.1-8b", dict(  # a lora_finetune_distributed config: FSDP2
+        stack="torchtune", engine="fsdp2", zero=3, lora_rank=8,
+        lora_targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", micro_batch=2, grad_accum=8,
+        precision="bf16", recompute="none", optimizer="adamw", optimizer_impl="fused", loss="chunked")),
+    "torchtune_llama3_1_8B_qlora_single_device.yaml": ("llama-3.1-8b", dict(
+        stack="torchtune", engine="torch", lora_rank=8, qlora=True, qlora_impl="torchao",
+        lora_targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", micro_batch=2, grad_accum=8,
+        precision="bf16", recompute="full", optimizer="adamw", optimizer_impl="fused", loss="chunked")),
+    "torchtune_llama3_2_1B_full_single_device.yaml": ("llama-3.2-1b", dict(
+        stack="torchtune", engine="torch", micro_batch=4, grad_accum=1, precision="bf16", recompute="none",
+        optimizer="paged-adamw-8bit", loss="chunked", optimizer_in_backward=True)),
+    # litgpt v0.5.13: accumulation = global_batch_size / devices / micro_batch_size; bf16-true
+    "litgpt_llama-3.1-8b_lora.yaml": ("llama-3.1-8b", dict(
+        stack="litgpt", micro_batch=1, grad_accum=8, seq_len=512, precision="bf16", lora_rank=32,
+        lora_targets="q_proj,v_proj", recompute="none", optimizer="adamw")),
+    "litgpt_llama-3-8b_qlora.yaml": ("llama-3-8b", dict(
+        stack="litgpt", micro_batch=2, grad_accum=4, seq_len=512, precision="bf16", qlora=True, lora_rank=32,
+        lora_targets="q_proj,v_proj", recompute="none", optimizer="adamw")),
+    "litgpt_llama-3-8b_full.yaml": ("llama-3-8b", dict(  # devices 4: FSDP with a checkpoint on every Block
+        stack="litgpt", gpus=4, engine="fsdp2", zero=3, recompute="full", micro_batch=4, grad_accum=4, seq_len=512,
+        precision="bf16", optimizer="adamw")),
+    # alignment-handbook (TRL SFT): torch_dtype bfloat16 + bf16 → bf16 weights; max_seq_length
+    "trl_zephyr-7b-beta_sft_config_full.yaml": ("mistral-7b", dict(
+        stack="hf-trainer", micro_batch=16, grad_accum=1, seq_len=2048, recompute="full", attn="flash",
+        precision="bf16", optimizer="adamw", optimizer_impl="fused")),
+    "trl_zephyr-7b-beta_sft_config_qlora.yaml": ("mistral-7b", dict(
+        stack="hf-trainer", micro_batch=4, grad_accum=2, seq_len=2048, recompute="full", attn="flash",
+        precision="bf16", optimizer="adamw", optimizer_impl="fused", lora_rank=16, qlora=True,
+        lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")),
+    # torchtitan 0.2.2 presets: mixed_precision_param bfloat16 (amp-bf16), implementation fused
+    "torchtitan_llama3_8b.toml": ("llama-3.1-8b", dict(
+        stack="torchtitan", engine="fsdp2", micro_batch=1, seq_len=8192, precision="amp-bf16", recompute="selective",
+        optimizer="adamw", optimizer_impl="fused")),
+    "torchtitan_llama3_70b.toml": ("llama-3.1-70b", dict(
+        stack="torchtitan", engine="fsdp2", tp=8, gpus=8, micro_batch=8, seq_len=8192, precision="amp-bf16",
+        recompute="full", optimizer="adamw", optimizer_impl="fused")),
+    # Megatron-LM core_v0.19.0 examples/llama/train_llama3_8b_h100_fp8.sh: 8 GPUs, gbs 128 / (mbs 1 × dp 8);
+    # --sequence-parallel dropped at tp 1 (Megatron does the same)
+    "megatron_train_llama3_8b_h100_fp8.sh": ("llama-3-8b", dict(
+        stack="megatron", engine="megatron", gpus=8, micro_batch=1, grad_accum=16, seq_len=8192, zero=1,
+        precision="fp8", fp8_params=True, grad_reduce_16bit=True, optimizer="adamw")),
+    # NeMo megatron_llama_config.yaml: the Llama-2-7B shape, trainer.precision, global 8 / micro 4 on 1 GPU
+    "nemo_megatron_llama_config.yaml": ("llama-2-7b", dict(
+        stack="megatron", engine="megatron", gpus=1, micro_batch=4, grad_accum=2, seq_len=4096, precision="fp32",
+        optimizer="adamw")),
+}
+#: Configs that name no model: MODEL comes from the command line.
+NO_MODEL: dict[str, tuple[str, dict]] = {
+    "accelerate_fsdp.yaml": ("llama-3.1-8b", dict(stack="accelerate", gpus=2, engine="fsdp2", zero=3, precision="bf16")),
+    "accelerate_multi_gpu.yaml": ("llama-3.1-8b", dict(stack="accelerate", gpus=2, engine="torch", precision="amp-bf16")),
+    # deepspeed_config_file ../deepspeed_config_templates/zero_stage1_config.json, relative to the YAML
+    "accelerate_deepspeed.yaml": ("llama-3.1-8b", dict(
+        stack="accelerate", gpus=2, engine="deepspeed", zero=1, precision="mixed-fp16", grad_accum=1,
+        optimizer="adamw")),
+    "deepspeed_configs_zero2.json": ("llama-3.1-8b", dict(stack="deepspeed", engine="deepspeed", zero=2,
+                                                         offload="optimizer")),
+    "examples/deepspeed/ds_z3_config.json": ("llama-3.1-8b", dict(stack="deepspeed", engine="deepspeed", zero=3)),
+}
+
+
+def _setup(model: str, fields: dict) -> dict:
+    return build(model, **fields)[1].model_dump()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_file_gives_the_setup_of_its_flags(name: str) -> None:
+    model, flags = CASES[name]
+    got = read_config(str(CONFIGS / name))
+    assert got.model == model
+    fields = merge_fields(got, {})
+    assert _setup(model, fields) == _setup(model, flags)
+    # and each field the file states is one of the hand-written flags (no value read that the test does not name)
+    assert {k for k in got.fields} <= set(flags) | {"dp", "tp", "cp", "sp", "lora_targets", "optimizer_impl"}, got.fields
+
+
+@pytest.mark.parametrize("name", sorted(NO_MODEL))
+def test_config_without_model(name: str) -> None:
+    model, flags = NO_MODEL[name]
+    got = read_config(str(CONFIGS / name))
+    assert got.model is None
+    assert _setup(model, merge_fields(got, {})) == _setup(model, flags)
+
+
+def test_flags_win_over_the_file_and_the_file_over_the_stack() -> None:
+    got = read_config(str(CONFIGS / "axolotl_llama3_lora-1b.yml"))
+    fields = merge_fields(got, {"micro_batch": 8, "recompute": None, "lora_rank": 4})
+    s = build("llama-3.2-1b", **fields)[1]
+    assert (s.micro_batch, s.lora_rank, s.recompute, s.grad_accum) == (8, 4, "full", 2)
+    # the stack (axolotl) fills what neither gives: its loop; the file's optimizer beats the stack's fused default
+    assert s.stack == "axolotl" and s.optimizer == "adamw-8bit" and s.optimizer_impl == "foreach"
+
+
+def test_assumptions_list_file_defaults_and_ignored_keys() -> None:
+    got = read_config(str(CONFIGS / "llamafactory_qwen3_lora_sft.yaml"))
+    notes = got.notes()
+    assert notes[0].startswith("from llamafactory_qwen3_lora_sft.yaml (llama-factory): model qwen3-4b")
+    assert "cutoff_len" in notes[0] and "lora_rank 8 (lora_rank)" in notes[0]
+    assert "recompute full (LLaMA-Factory 0.9.5: gradient checkpointing on" in notes[1]
+    ignored = notes[2].split(": ", 1)[1].split(", ")
+    # every key of the file is read or listed as ignored
+    import yaml
+    keys = {k for k, v in yaml.safe_load((CONFIGS / "llamafactory_qwen3_lora_sft.yaml").read_text()).items()
+            if v is not None}
+    assert {"learning_rate", "dataset", "template", "output_dir", "report_to"} <= set(ignored)
+    read = {"model_name_or_path", "finetuning_type", "lora_rank", "lora_target", "cutoff_len", "stage",
+            "per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "do_train"}
+    assert keys - read - {"trust_remote_code"} <= set(ignored) | {"do_train", "trust_remote_code"}
+
+
+def test_estimate_json_setup_shows_the_file(capsys) -> None:
+    import json
+
+    from trainmem.cli import main
+    assert main(["estimate", "--from", str(CONFIGS / "torchtune_llama3_2_1B_lora_single_device.yaml"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["setup"]["lora_rank"] == 64 and out["setup"]["micro_batch"] == 4 and out["setup"]["stack"] == "torchtune"
+    assert any(a.startswith("from torchtune_llama3_2_1B_lora_single_device.yaml (torchtune)") for a in out["assumptions"])
+    # a flag given wins
+    assert main(["estimate", "--from", str(CONFIGS / "torchtune_llama3_2_1B_lora_single_device.yaml"),
+                 "--micro-batch", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["setup"]["micro_batch"] == 1
+
+
+@pytest.mark.parametrize("command", ["explain", "compare", "report"])
+def test_from_on_other_commands(command: str, capsys, tmp_path) -> None:
+    from trainmem.cli import main
+    args = [command, "--from", str(CONFIGS / "axolotl_llama3_lora-1b.yml")]
+    if command == "report":
+        pytest.importorskip("plotly")
+        args += ["-o", str(tmp_path / "r.html")]
+    assert main(args) == 0, capsys.readouterr().err

@@ -1,0 +1,142 @@
+"""``--from FILE``: the user's own training config → the setup fields of :func:`trainmem.api.build`.
+
+One module per format; the format is detected from the content (not the file name):
+
+=================  ==========================================  =============
+format             detected by                                 stack
+=================  ==========================================  =============
+torchtune          ``model._component_: torchtune.…``           torchtune
+axolotl            ``base_model`` / ``micro_batch_size``        axolotl
+llama-factory      ``stage`` / ``finetuning_type`` / ``cutoff_len`` …  llama-factory
+litgpt             ``checkpoint_dir`` / ``train.micro_batch_size``  litgpt
+accelerate         ``distributed_type`` / ``compute_environment``   accelerate
+nemo               ``trainer`` + ``model.tensor_model_parallel_size``  megatron
+hf / trl           ``per_device_train_batch_size``, ``output_dir`` …  hf-trainer
+deepspeed          ``zero_optimization``, ``train_micro_batch_size_per_gpu`` …  deepspeed
+torchtitan         TOML with ``[training]`` / ``[parallelism]`` / ``[job]``  torchtitan
+megatron           text with ``--micro-batch-size`` / ``--tensor-model-parallel-size`` …  megatron
+=================  ==========================================  =============
+
+Each reader returns the fields it read plus ``stack``; the stack's shipped defaults (``--stack``) fill what the file
+and the command line leave unset. Merge order (:func:`merge_fields`): command-line flags > file values (including the
+framework's defaults for keys the file leaves out, which the framework's own loader would apply) > stack defaults >
+trainmem defaults. ``FileSetup.notes()`` are the assumption lines: what came from the file, from the framework's
+defaults, and every key ignored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainmem.errors import ConfigError
+from trainmem.frameworks.readers._base import FileSetup, Reading, load_text, parse_mapping, shown
+
+__all__ = ["FileSetup", "read_config", "merge_fields", "FORMATS", "FLAGS"]
+
+FORMATS = ("torchtune", "axolotl", "llama-factory", "litgpt", "accelerate", "nemo", "hf", "deepspeed", "torchtitan",
+           "megatron")
+#: The command-line flag of each setup field (for the error lines).
+FLAGS = {"recompute": "--recompute", "grad_accum": "--grad-accum", "dp": "--dp/--gpus", "stage_layers": "--stage-layers",
+         "optimizer_in_backward": "--optimizer-in-backward"}
+_STACK = {"torchtune": "torchtune", "axolotl": "axolotl", "llama-factory": "llama-factory", "litgpt": "litgpt",
+          "accelerate": "accelerate", "nemo": "megatron", "hf": "hf-trainer", "trl": "hf-trainer",
+          "deepspeed": "deepspeed", "torchtitan": "torchtitan", "megatron": "megatron"}
+_UNKNOWN = ("not a config trainmem reads: axolotl, LLaMA-Factory, torchtune, litgpt, HF TrainingArguments / TRL, "
+            "DeepSpeed, Accelerate, torchtitan, Megatron-LM arguments or NeMo YAML")
+
+
+def read_config(path: str) -> FileSetup:
+    """The setup ``path`` states (ConfigError, one line, for an unreadable file, an unknown format or a value
+    trainmem cannot express)."""
+    text = load_text(path)
+    base = Path(path).expanduser().resolve().parent
+    syntax = _syntax(text, path)
+    if syntax == "args":
+        from trainmem.frameworks.readers.megatron import read_megatron_args
+        r = Reading(path, "megatron", "megatron", {})
+        read_megatron_args(r, text)
+        return _done(r)
+    data = parse_mapping(text, path, syntax)
+    fmt = _detect(data, syntax)
+    if fmt is None:
+        raise ConfigError(f"--from {shown(path)}: {_UNKNOWN}")
+    r = Reading(path, "trl" if fmt == "hf" and _trl(data) else fmt, _STACK[fmt], data,
+                depth=2 if fmt in ("torchtitan", "nemo", "torchtune", "litgpt") else 1)
+    _dispatch(fmt, r, base, text)
+    return _done(r)
+
+
+def _done(r: Reading) -> FileSetup:
+    out = r.finish()
+    for fld, why in out.blocked.items():
+        if fld in out.fields:
+            del out.fields[fld]
+    return out
+
+
+def _trl(data: dict) -> bool:
+    from trainmem.frameworks.readers.hf import is_trl
+    return is_trl(data)
+
+
+def _syntax(text: str, path: str) -> str:
+    s = text.lstrip()
+    suffix = Path(path).suffix.lower()
+    if s.startswith("{") or suffix == ".json":
+        return "json"
+    if suffix == ".toml" or (s.startswith("[") and "=" in text and ":" not in s.split("\n", 1)[0]):
+        return "toml"
+    from trainmem.frameworks.readers.megatron import is_megatron_text
+    if suffix in (".sh", ".args", ".txt") or (is_megatron_text(text) and s.startswith(("#!", "--"))):
+        return "args"
+    return "yaml"
+
+
+def _detect(data: dict, syntax: str) -> str | None:
+    from trainmem.frameworks.readers import (accelerate, axolotl, deepspeed, hf, litgpt, llama_factory, megatron,
+                                             torchtitan, torchtune)
+    if syntax == "toml":
+        return "torchtitan" if torchtitan.is_torchtitan(data) else None
+    checks = (("torchtune", torchtune.is_torchtune), ("nemo", megatron.is_nemo), ("axolotl", axolotl.is_axolotl),
+              ("accelerate", accelerate.is_accelerate), ("litgpt", litgpt.is_litgpt),
+              ("llama-factory", llama_factory.is_llama_factory), ("deepspeed", deepspeed.is_deepspeed),
+              ("hf", hf.is_hf))
+    for name, test in checks:
+        if test(data):
+            return name
+    return None
+
+
+def _dispatch(fmt: str, r: Reading, base: Path, text: str) -> None:
+    from trainmem.frameworks.readers import (accelerate, axolotl, deepspeed, hf, litgpt, llama_factory, megatron,
+                                             torchtitan, torchtune)
+    if fmt == "torchtune":
+        torchtune.read_torchtune(r, text)
+    elif fmt == "axolotl":
+        axolotl.read_axolotl(r, base)
+    elif fmt == "llama-factory":
+        llama_factory.read_llama_factory(r, base)
+    elif fmt == "litgpt":
+        litgpt.read_litgpt(r, base)
+    elif fmt == "accelerate":
+        accelerate.read_accelerate(r, base)
+    elif fmt == "nemo":
+        megatron.read_nemo(r)
+    elif fmt == "hf":
+        hf.read_hf(r, base)
+    elif fmt == "deepspeed":
+        deepspeed.read_deepspeed(r)
+    else:
+        torchtitan.read_torchtitan(r)
+
+
+def merge_fields(file: FileSetup, cli: dict[str, Any]) -> dict[str, Any]:
+    """The setup fields of a run: the command line's set values (not None) over the file's. A file value trainmem
+    cannot express (``file.blocked``) is refused unless the command line gives that field."""
+    given = {k: v for k, v in cli.items() if v is not None}
+    for fld, why in file.blocked.items():
+        if fld not in given:
+            flag = FLAGS.get(fld, "--" + fld.replace("_", "-"))
+            raise ConfigError(f"--from {shown(file.path)}: {why}; give {flag} to choose")
+    return {**file.fields, **given}
