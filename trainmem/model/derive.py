@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DerivedLayers", "SavedPart", "derive_spec", "DERIVE_VERSION", "SEQ_LENS", "cache_dir"]
 
-DERIVE_VERSION = 1
+DERIVE_VERSION = 2
 """Bumped when the measurement changes (part of the disk-cache key)."""
 SEQ_LENS = (64, 128)
 """The two sequence lengths of the fit (s₁, s₂)."""
@@ -101,6 +101,8 @@ class DerivedLayers:
     config: dict[str, Any]
     model_type: str
     architecture: str
+    supports_sdpa: bool = True
+    """The transformers class has an SDPA attention (``_supports_sdpa``); else only eager (and flash)."""
     _probes: dict[tuple[str, str], _Probe] = field(default_factory=dict, repr=False)
 
     @property
@@ -130,6 +132,9 @@ class DerivedLayers:
                   (setup.recompute == "selective", "--recompute selective"),
                   (setup.precision == "fp8", "fp8"), (setup.offload != "none", f"offload {setup.offload}"),
                   (bool(getattr(setup, "offload_activations", False)), "--offload-activations"))
+        if setup.attn == "sdpa" and not self.supports_sdpa:
+            return (f"attn: {self.model_type} has no sdpa implementation in transformers ({self.architecture}); "
+                    "use --attn eager")
         for bad, what in checks:
             if bad:
                 return (f"{what} is not modelled for {self.model_type} (a layer description derived from "
@@ -211,7 +216,7 @@ def _build(transformers: Any, torch: Any, config: Any, architecture: str, *, dty
     transformers.logging.set_verbosity_error()
     try:
         return cls._from_config(config, **kwargs)
-    except (ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, RuntimeError, AttributeError, AssertionError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"transformers cannot build {architecture} from this config: {msg}") from None
     finally:
@@ -227,7 +232,11 @@ def _decoder_layers(torch: Any, model: Any, n: int) -> Any:
 
 
 def _component(name: str, module: Any) -> str:
+    """A layer child's component by its name: norms first (``post_attention_layernorm`` is a norm), then
+    attention, then the MLP; anything else counts with the norms."""
     low = name.lower()
+    if "norm" in low or low.startswith("ln") or low.endswith("_ln"):
+        return "norm"
     if any(w in low for w in _ATTENTION_WORDS):
         return "attention"
     if any(w in low for w in _MLP_WORDS):
@@ -591,7 +600,8 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
                                                 default=2**20)),
         rotary_dim=_rotary_dim(config, head_dim) if position == "rope" else None,
         params=counts, source=source, hf_config=dict(cfg),
-        derived=DerivedLayers(config=_clean(cfg), model_type=model_type, architecture=architecture))
+        derived=DerivedLayers(config=_clean(cfg), model_type=model_type, architecture=architecture,
+                              supports_sdpa=bool(getattr(getattr(transformers, architecture), "_supports_sdpa", False))))
 
 
 def _clean(cfg: Mapping[str, Any]) -> dict[str, Any]:

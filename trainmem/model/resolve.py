@@ -2,7 +2,7 @@
 
 Order: catalog name/alias/hub id → path to a config.json (or a folder holding one) → bare size
 → a loose catalog match (``llama3-8b``, ``qwen2.5-7b-instruct``: ``catalog.match_catalog``) → the hub
-(only if ``huggingface_hub`` is installed and not offline) → ``UnknownModelError`` naming the
+(``trainmem.model.hub``: config.json only, cached, ``HF_TOKEN``, offline mode: the cache only) → ``UnknownModelError`` naming the
 nearest catalog entries. An argument too long to be a path (PATH_MAX/NAME_MAX) is never handed to
 the file system, and a config.json nested too deeply for ``json`` is one ``ConfigError`` line.
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
@@ -36,8 +35,6 @@ __all__ = ["resolve_model", "parse_size", "bare_size_spec"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([mbt])\s*$", re.IGNORECASE)
 _UNIT = {"m": 10**6, "b": 10**9, "t": 10**12}
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-_HUB_TIMEOUT_S = 10
 #: Longest path and path component the usual file systems take (Linux PATH_MAX 4096, NAME_MAX 255 bytes);
 #: anything longer is not a path, and asking the file system would raise "File name too long".
 _PATH_MAX_BYTES = 4096
@@ -152,20 +149,17 @@ def _from_path(ref: str) -> ModelSpec | None:
     return spec_from_hf_config(cfg, name=ref, source=str(path.resolve()))
 
 
-def _from_hub(ref: str) -> tuple[ModelSpec | None, str]:
-    """Try the hub's config.json (optional dependency, never used offline); (spec, why-not)."""
-    if not _HUB_ID.match(ref) or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        return None, ""
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError:
-        return None, ""
-    try:
-        local = hf_hub_download(repo_id=ref, filename="config.json", etag_timeout=_HUB_TIMEOUT_S)
-    except Exception as exc:  # noqa: BLE001 - any hub failure means "unknown" here
-        return None, f"; the hub gave no config.json ({type(exc).__name__})"
-    cfg = _load_json(Path(local))
-    return spec_from_hf_config(cfg, name=ref, source=f"https://huggingface.co/{ref}/blob/main/config.json"), ""
+def _from_hub(ref: str) -> tuple[ModelSpec | None, str, str]:
+    """The hub's config.json for an ``owner/name`` id (trainmem/model/hub.py: cached, HF_TOKEN, offline mode);
+    (spec, why-not, how to pass the file)."""
+    from trainmem.model.hub import HUB_ID, fetch_hub_config
+
+    if not HUB_ID.match(ref):
+        return None, "", ""
+    cfg, why_not, how = fetch_hub_config(ref)
+    if cfg is None:
+        return None, why_not, how
+    return spec_from_hf_config(cfg, name=ref, source=f"https://huggingface.co/{ref}/blob/main/config.json"), "", ""
 
 
 def resolve_model(ref: str) -> ModelSpec:
@@ -182,15 +176,15 @@ def resolve_model(ref: str) -> ModelSpec:
         return bare_size_spec(ref, n_params)
     if match_catalog(ref) is not None:  # llama3-8b, qwen2.5-7b-instruct, meta-llama/Meta-Llama-3.1-8B-Instruct
         return load_catalog_spec(ref)
-    spec, why_not = _from_hub(ref)
+    spec, why_not, how = _from_hub(ref)
     if spec is not None:
         return spec
     near = suggest_models(ref)
     if near:
         raise UnknownModelError(
             f"unknown model {_shown(ref)}{why_not}; did you mean {', '.join(near)}? (trainmem models lists the "
-            "catalog; or give a path to a config.json or a folder holding one, or a size like 7B)")
+            f"catalog; or give a path to a config.json or a folder holding one, or a size like 7B){how}")
     examples = ", ".join(n for n in _EXAMPLES if find_entry(n)) or ", ".join(e.name for e in list_models()[:5])
     raise UnknownModelError(
         f"unknown model {_shown(ref)}{why_not}: give a catalog name ({examples}, ...; trainmem models lists them), "
-        "a path to a config.json or a folder holding one, or a size like 7B or 0.5B")
+        f"a path to a config.json or a folder holding one, or a size like 7B or 0.5B{how}")
