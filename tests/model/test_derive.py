@@ -190,7 +190,7 @@ def test_derived_matches_a_described_family_exactly():
 @pytest.mark.parametrize("fields,match", [
     (dict(tp=2, gpus=2, engine="fsdp2"), r"tp\(2\) > 1 is not modelled for olmo2"),
     (dict(pp=2, gpus=2, engine="megatron"), r"pp\(2\) > 1"),
-    (dict(engine="megatron"), "megatron engine is not modelled for olmo2"),
+    (dict(engine="megatron"), "--engine megatron is not modelled for olmo2"),
     (dict(lora_rank=8), "LoRA/QLoRA is not modelled"),
     (dict(recompute="selective"), "--recompute selective is not modelled"),
 ])

@@ -128,7 +128,7 @@ class DerivedLayers:
             if getattr(setup, axis) > 1:
                 return (f"{axis}({getattr(setup, axis)}) > 1 is not modelled for {self.model_type}: its layer "
                         "description is derived from transformers (sizes, not sharding); use dp only")
-        checks = ((setup.engine == "megatron", "the megatron engine"), (setup.is_lora, "LoRA/QLoRA"),
+        checks = ((setup.engine == "megatron", "--engine megatron"), (setup.is_lora, "LoRA/QLoRA"),
                   (setup.recompute == "selective", "--recompute selective"),
                   (setup.precision == "fp8", "fp8"), (setup.offload != "none", f"offload {setup.offload}"),
                   (bool(getattr(setup, "offload_activations", False)), "--offload-activations"))
@@ -511,7 +511,10 @@ def _as_dict(p: SavedPart) -> dict[str, Any]:
             "per_token_seq_bytes": p.per_token_seq_bytes, "constant_bytes": p.constant_bytes}
 
 
-def _needs_torch(model_type: str) -> str:
+def _needs_torch(model_type: str, described: str = "") -> str:
+    if described:
+        return (f"model_type {model_type!r} has no layer description in trainmem; deriving one from transformers "
+                f"needs torch and transformers: pip install 'trainmem[trace]' (described: {described})")
     return (f"model_type {model_type!r} has no layer description in trainmem; deriving one from transformers "
             "needs torch and transformers: pip install 'trainmem[trace]'")
 
@@ -560,7 +563,7 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
     model_type = str(cfg.get("model_type"))
     torch, transformers = _import_torch()
     if torch is None:
-        raise UnsupportedError(_needs_torch(model_type) + (f" (described: {described})" if described else ""))
+        raise UnsupportedError(_needs_torch(model_type, described))
     architecture = _causal_lm_class(transformers, model_type, described)
     config = _hf_config(transformers, cfg, model_type)
     n_layers = _first_attr(config, "num_hidden_layers", "n_layer", "num_layers")

@@ -74,7 +74,8 @@ def fetch_hub_config(repo_id: str) -> tuple[dict[str, Any] | None, str, str]:
         local = _download(repo_id, token=os.environ.get("HF_TOKEN") or None, offline=offline)
     except GatedRepoError:
         raise UnknownModelError(f"{repo_id} is a gated repository: set HF_TOKEN to a token with access to it, or "
-                                + _how_to_pass(repo_id)) from None
+                                f"download it where there is network (huggingface-cli download {repo_id} config.json) "
+                                "and pass the file's path (or its folder) as the model") from None
     except HFValidationError:  # not a repository id the hub accepts ('a..b', over 96 characters)
         return None, "", ""
     except (RepositoryNotFoundError, RevisionNotFoundError):

@@ -1,0 +1,82 @@
+"""Chinese for the messages of the deriver (trainmem/model/derive.py) and the hub fetch (trainmem/model/hub.py)."""
+
+from __future__ import annotations
+
+EXACT: dict[str, str] = {
+    "the hub has no such repository (a private one needs HF_TOKEN)":
+        "Hugging Face Hub 上没有这个仓库（私有仓库需要设置 HF_TOKEN）",
+    "the hub repository has no config.json": "该 Hugging Face Hub 仓库没有 config.json",
+}
+
+_PASS = ("download it where there is network (huggingface-cli download {r2} config.json) and pass the file's path "
+         "(or its folder) as the model")
+_PASS_ZH = "请在有网络的机器上下载它（huggingface-cli download {r2} config.json），再把该文件的路径（或其所在目录）作为模型传入"
+
+PATTERNS: list[tuple[str, str]] = [
+    # ------------------------------------------------------------------ model/resolve.py with model/hub.py
+    ("unknown model {m}; did you mean {near}? (trainmem models lists the catalog; or give a path to a config.json "
+     "or a folder holding one, or a size like 7B); {hub}",
+     "未知模型 {m}；你是不是想用 {near!l}？（trainmem models 列出全部目录模型；也可以给 config.json 的路径、"
+     "包含它的目录，或 7B 这样的规模）；{hub!t}"),
+    ("unknown model {m}: give a catalog name ({ex}, ...; trainmem models lists them), a path to a config.json or a "
+     "folder holding one, or a size like 7B or 0.5B; {hub}",
+     "未知模型 {m}：请给出目录中的模型名（{ex!l} 等，trainmem models 会列出全部）、config.json 的路径或包含它的目录，"
+     "或 7B、0.5B 这样的规模；{hub!t}"),
+    ("unknown model {m}; {why}; did you mean {near}? (trainmem models lists the catalog; or give a path to a "
+     "config.json or a folder holding one, or a size like 7B)",
+     "未知模型 {m}；{why!t}；你是不是想用 {near!l}？（trainmem models 列出全部目录模型；也可以给 config.json 的路径、"
+     "包含它的目录，或 7B 这样的规模）"),
+    ("unknown model {m}; {why}: give a catalog name ({ex}, ...; trainmem models lists them), a path to a config.json "
+     "or a folder holding one, or a size like 7B or 0.5B",
+     "未知模型 {m}；{why!t}：请给出目录中的模型名（{ex!l} 等，trainmem models 会列出全部）、config.json 的路径或"
+     "包含它的目录，或 7B、0.5B 这样的规模"),
+    ("{r} from the hub: offline (HF_HUB_OFFLINE=1) and its config.json is not in the hub cache: " + _PASS,
+     "从 Hugging Face Hub 获取 {r}：处于离线模式（HF_HUB_OFFLINE=1），且 Hub 缓存里没有它的 config.json：" + _PASS_ZH),
+    ("{r} from the hub: the hub cannot be reached and its config.json is not in the hub cache: " + _PASS,
+     "从 Hugging Face Hub 获取 {r}：连不上 Hub，且 Hub 缓存里没有它的 config.json：" + _PASS_ZH),
+    ("the hub gave no config.json for {r} ({exc:w}): " + _PASS,
+     "Hugging Face Hub 没有返回 {r} 的 config.json（{exc}）：" + _PASS_ZH),
+    ("huggingface_hub is not installed to fetch {r}'s config.json: " + _PASS,
+     "没有安装 huggingface_hub，无法获取 {r} 的 config.json：" + _PASS_ZH),
+    ("{r} is a gated repository: set HF_TOKEN to a token with access to it, or " + _PASS,
+     "{r} 是受限（gated）仓库：请把 HF_TOKEN 设为有访问权限的 token，或者" + _PASS_ZH),
+    ("the hub's config.json for {r} is not readable JSON: {exc:w}", "Hugging Face Hub 上 {r} 的 config.json 不是可读的 JSON：{exc}"),
+    ("the hub's config.json for {r} is not a JSON object", "Hugging Face Hub 上 {r} 的 config.json 不是 JSON 对象"),
+    # ------------------------------------------------------------------ model/derive.py
+    ("model_type {mt} is not supported: transformers {v:w} has no causal-LM class for it to derive a description "
+     "from (encoder-decoder, vision or unknown); described: {known}",
+     "不支持 model_type {mt}：transformers {v} 中没有它的因果语言模型（causal-LM）类，无法据此推导描述"
+     "（编码器-解码器、视觉模型或未知类型）；已有描述的：{known!l}"),
+    ("model_type {mt} has no layer description in trainmem; deriving one from transformers needs torch and "
+     "transformers: pip install 'trainmem[trace]' (described: {known})",
+     "trainmem 中没有 model_type {mt} 的层描述；从 transformers 推导需要 torch 和 transformers："
+     "pip install 'trainmem[trace]'（已有描述的：{known!l}）"),
+    ("model_type {mt} has no layer description in trainmem; deriving one from transformers needs torch and "
+     "transformers: pip install 'trainmem[trace]'",
+     "trainmem 中没有 model_type {mt} 的层描述；从 transformers 推导需要 torch 和 transformers："
+     "pip install 'trainmem[trace]'"),
+    ("model_type {mt}: mixture-of-experts layers are not derived from transformers (routing is data-dependent); "
+     "this family needs a description",
+     "model_type {mt}：混合专家（MoE）层不能从 transformers 推导（路由依赖数据）；这个模型家族需要专门的描述"),
+    ("{a}: no list of {n:d} decoder layers found to derive from", "{a}：找不到由 {n} 个解码器层组成的列表，无法推导"),
+    ("config.json (model_type {mt}): transformers refuses it: {e}", "config.json（model_type {mt}）：transformers 拒绝了它：{e}"),
+    ("transformers cannot build {a} from this config: {e}", "transformers 无法用这个配置构建 {a}：{e}"),
+    ("config.json: num_hidden_layers({n:d}) is above trainmem's limit of {lim:d}",
+     "config.json：num_hidden_layers({n}) 超过了 trainmem 的上限 {lim}"),
+    ("{ax:w}({n:d}) > 1 is not modelled for {mt}: its layer description is derived from transformers (sizes, not "
+     "sharding); use dp only",
+     "{mt} 的 {ax}({n}) > 1 没有建模：它的层描述是从 transformers 推导的（只有尺寸，没有切分方式）；请只用数据并行"),
+    ("{what} is not modelled for {mt} (a layer description derived from transformers): use torch, fsdp2 or "
+     "deepspeed without it",
+     "{mt}（层描述从 transformers 推导）不支持 {what} 的建模：请用 torch、fsdp2 或 deepspeed，且不要启用它"),
+    ("attn: {mt} has no sdpa implementation in transformers ({a}); use --attn eager",
+     "attn：transformers 中 {mt} 没有 sdpa 实现（{a}）；请用 --attn eager"),
+    ("{mt}: derived from transformers ({a} on the meta device for exact parameters; layer 1 of a {n:d}-layer copy "
+     "traced on fake tensors at s = {s1:d}, {s2:d} for what each layer saves, linear + quadratic in s); engine paths: "
+     "torch, fsdp2, deepspeed over data parallelism, recompute none or full (no tp/pp/cp/ep, megatron, LoRA, "
+     "selective recompute, fp8 or offload until the family is described)",
+     "{mt}：从 transformers 推导（在 meta 设备上构建 {a} 得到精确参数量；在 fake tensor 上追踪一个 {n} 层副本的第 1 层，"
+     "序列长度 s = {s1}、{s2}，得到每层为反向保存的张量，按 s 的一次项 + 二次项拟合）；支持的引擎路径：torch、fsdp2、"
+     "deepspeed 的数据并行，重计算 none 或 full（在该家族有专门描述之前，不支持 tp/pp/cp/ep、megatron、LoRA、"
+     "选择性重计算、fp8 和卸载）"),
+]
