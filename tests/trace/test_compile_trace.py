@@ -1,0 +1,65 @@
+"""Trace truth for ``--compile``: a whole training step of a small llama-shaped transformers model, each decoder
+layer compiled with ``torch.compile(backend="inductor")`` (torchtitan's apply_compile: one ``torch.compile`` per
+block), run for real on the CPU; what the step's forward keeps for backward (``saved_tensors_hooks``, by storage:
+the compiled layers' partitioned forward outputs, the eager embedding, final norm, head and loss) against
+``estimate --compile``'s activations when the backward starts.
+
+What the CPU run stands for (docs/accuracy.md): the same min-cut partition as CUDA inductor (the partitioner
+runs before device lowering), SDPA's CPU flash kernel where CUDA runs FlashAttention (both save q, k, v, the
+output and an fp32 logsumexp).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tests.memory.measure import _build  # noqa: E402
+from tests.memory.tiny_configs import TINY  # noqa: E402
+from trainmem.memory.estimate import estimate  # noqa: E402
+from trainmem.model.hf import spec_from_hf_config  # noqa: E402
+from trainmem.setup import make_setup  # noqa: E402
+
+CFG = dict(TINY["llama-gqa"], num_hidden_layers=1)  # (one block: one inductor compilation, ~40 s cold on 2 cores)
+B, S = 2, 128
+
+
+def _saved_by_compiled_step_bytes() -> tuple[int, float]:
+    """(bytes the forward keeps for backward, seconds of the step including compilation)."""
+    torch._dynamo.reset()
+    model = _build(CFG, "sdpa", torch.bfloat16)
+    for i, layer in enumerate(model.model.layers):
+        model.model.layers[i] = torch.compile(layer, backend="inductor")
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        saved[st.data_ptr()] = st.nbytes()
+        return t
+
+    ids = torch.randint(0, CFG["vocab_size"], (B, S))
+    t0 = time.perf_counter()
+    # (one compile thread: on two cores inductor's worker pool costs more than it saves)
+    with torch._inductor.config.patch(compile_threads=1), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+    out.loss.backward()
+    return sum(n for ptr, n in saved.items() if ptr not in params), time.perf_counter() - t0
+
+
+def test_inductor_compiled_step_agrees_with_estimate_compile() -> None:
+    measured, seconds = _saved_by_compiled_step_bytes()
+    spec = spec_from_hf_config(CFG, name="llama-gqa")
+    est = estimate(spec, make_setup(precision="bf16", seq_len=S, micro_batch=B, compile=True))
+    at_backward = next(c["activations"] for (phase, _), c in zip(est.timeline, est.timeline_categories)
+                       if phase.startswith("backward"))
+    eager = estimate(spec, make_setup(precision="bf16", seq_len=S, micro_batch=B))
+    eager_at_backward = next(c["activations"] for (phase, _), c in zip(eager.timeline, eager.timeline_categories)
+                             if phase.startswith("backward"))
+    assert at_backward == pytest.approx(measured, rel=0.03), (at_backward, measured)
+    assert eager_at_backward > 1.2 * measured  # (the eager estimate would be far off: compile is modelled)
+    print(f"inductor step {seconds:.0f} s (5 s with inductor's cache warm, ~70 s cold on two busy cores)")
