@@ -45,21 +45,25 @@ def build(model: str, **setup_fields: object) -> tuple[ModelSpec, TrainingSetup]
     Flags left unset (None or absent) take the model's defaults: ``seq_len`` is the model's context
     when shorter than 2048, ``attn`` is eager for families without sdpa; both are recorded in
     ``setup.notes`` (listed in the estimate's assumptions)."""
-    make_setup(**setup_fields)  # a bad flag is refused before the model is looked up
+    early = dict(setup_fields)
+    if early.get("stack") is not None:  # (its engine may be what makes the flags valid)
+        from trainmem.frameworks import apply_stack
+        apply_stack(early)
+    make_setup(**early)  # a bad flag is refused before the model is looked up
     return build_spec(resolve_model(model), **setup_fields)
 
 
 def build_spec(spec: ModelSpec, **setup_fields: object) -> tuple[ModelSpec, TrainingSetup]:
     """:func:`build` for a model already resolved (a pasted config.json, a spec built in code): the
     model's defaults filled in and stated, size guards, and the setup validated against the model."""
-    setup = make_setup(**setup_fields)
-    if spec.n_params > MAX_PARAMS:
-        raise ConfigError(f"{spec.name}: {spec.n_params:.3g} parameters is above trainmem's limit of {MAX_PARAMS:.0e}")
     fields = dict(setup_fields)
     notes: list[str] = []
     if fields.get("stack") is not None:  # a framework's shipped defaults for the fields not given
         from trainmem.frameworks import apply_stack
         notes = apply_stack(fields, spec=spec)
+    setup = make_setup(**fields)
+    if spec.n_params > MAX_PARAMS:
+        raise ConfigError(f"{spec.name}: {spec.n_params:.3g} parameters is above trainmem's limit of {MAX_PARAMS:.0e}")
     notes += default_notes(spec, fields)
     if notes:
         setup = make_setup(**fields)

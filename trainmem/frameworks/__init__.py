@@ -146,6 +146,6 @@ def stack_rows(name: str) -> list[tuple[str, str, str, str]]:
     rows = []
     for d in st.defaults:
         value = getattr(d.value, "__name__", "") and f"({d.value.__name__})" if callable(d.value) else _shown(d.value)
-        cond = ", ".join([*d.when, *(f"engine {e}" for e in d.engines)]) or "always"
+        cond = ", ".join([*d.when, *([f"engine {'/'.join(d.engines)}"] if d.engines else [])]) or "always"
         rows.append((d.field, value, cond, d.source))
     return rows

@@ -48,7 +48,7 @@ STACK = Stack(
         Default(field="lora_targets", value=peft_default_targets, when=("lora",),
                 source=f"{PEFT_SOURCE} (LoraConfig target_modules=None)"),
         Default(field="adapter_dtype", value="fp32", when=("lora",),
-                source="peft 0.21.2 get_peft_model autocast_adapter_dtype=True (adapters upcast to fp32)"),
+                source="peft 0.21.2 get_peft_model autocast_adapter_dtype=True"),
     ),
     notes=(
         "an fp32 checkpoint (no 16-bit dtype in its config.json) trains in fp32: give --precision fp32",

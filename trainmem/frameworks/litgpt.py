@@ -25,8 +25,7 @@ STACK = Stack(
         Default(field="engine", value="fsdp2", when=("multi-gpu",),
                 source=f"{_L} ModelParallelStrategy(parallelize_fn): fully_shard per Block; {_F} FSDPStrategy"),
         Default(field="precision", value="amp-bf16", engines=("torch", "fsdp2"),
-                source="litgpt 0.5.13 litgpt/utils.py get_default_supported_precision(training=True) = bf16-mixed "
-                       "(fp32 weights under autocast)"),
+                source="litgpt 0.5.13 litgpt/utils.py get_default_supported_precision(training=True) = bf16-mixed"),
         Default(field="optimizer", value="paged-adamw", when=("qlora",),
                 source="litgpt 0.5.13 litgpt/utils.py instantiate_bnb_optimizer: bnb.optim.PagedAdamW"),
         Default(field="optimizer", value="adamw", source=f"{_L} optimizer='AdamW' (torch.optim.AdamW, foreach)"),
@@ -37,7 +36,7 @@ STACK = Stack(
         Default(field="recompute", value="none", source=f"{_L} strategy='auto' on one device: no checkpointing"),
         Default(field="loss", value="chunked", source=f"{_L} chunked_cross_entropy(chunk_size=128)"),
         Default(field="loss_chunks", value=_chunks, source=f"{_L} model(input_ids, lm_head_chunk_size=128): "
-                                                           "one chunk per 128 tokens"),
+                                                           "ceil(seq_len / 128) chunks"),
         Default(field="loop", value="script",
                 source=f"{_L} fit: logits = model(...); loss = chunked_cross_entropy(logits, ...); "
                        "fabric.backward(loss) with logits alive"),

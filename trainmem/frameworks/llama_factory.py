@@ -13,17 +13,17 @@ _XF = "llamafactory 0.9.5 examples/train_full/qwen3_full_sft.yaml"
 
 STACK = Stack(
     name="llama-factory",
-    release="LLaMA-Factory 0.9.5",
+    release="llamafactory 0.9.5 (LLaMA-Factory)",
     defaults=(
         Default(field="engine", value="deepspeed", when=("full", "multi-gpu"),
                 source=f"{_XF} deepspeed: examples/deepspeed/ds_z3_config.json"),
         Default(field="zero", value=3, when=("full", "multi-gpu"), engines=("deepspeed",),
                 source=f"{_XF} deepspeed: ds_z3_config.json (stage 3)"),
         Default(field="precision", value="amp-bf16", when=("full",), engines=("torch", "fsdp2"),
-                source="llamafactory 0.9.5 model/adapter.py _setup_full_tuning: trainable parameters cast to "
-                       f"float32; {_XF} bf16: true (autocast)"),
+                source="llamafactory 0.9.5 model/adapter.py _setup_full_tuning cast_trainable_params_to_fp32; "
+                       f"{_XF} bf16: true"),
         Default(field="precision", value="bf16", when=("lora",), engines=("torch", "fsdp2"),
-                source=f"{_H}parser.py compute_dtype=bfloat16 (bf16: true): the base loaded in bf16"),
+                source=f"{_H}parser.py compute_dtype=bfloat16 from bf16: true; model/patcher.py torch_dtype=compute_dtype"),
         Default(field="adapter_dtype", value="fp32", when=("lora",),
                 source="llamafactory 0.9.5 model/adapter.py cast_trainable_params_to_fp32 (not pure_bf16)"),
         Default(field="recompute", value="full",

@@ -31,10 +31,10 @@ STACK = Stack(
         Default(field="optimizer_impl", value="fused", engines=("torch", "fsdp2"),
                 source=f"{_J} Optimizer.implementation='fused'"),
         Default(field="recompute", value="full", source=f"{_J} ActivationCheckpoint.mode='selective' "
-                                                        "selective_ac_option='2' (every second block fully)"),
+                                                        "selective_ac_option='2'"),
         Default(field="recompute_layers", value=every_second_layer,
                 source="torchtitan 0.2.2 torchtitan/distributed/activation_checkpoint.py _apply_layer_sac "
-                       "(count % 2 == 0: half the blocks)"),
+                       "(count % 2 == 0)"),
         Default(field="loss", value="hf", source="torchtitan 0.2.2 components/loss.py cross_entropy_loss "
                                                  "(pred.float())"),
         Default(field="loop", value="trainer", source="torchtitan 0.2.2 train.py forward_backward_step: del pred"),

@@ -15,17 +15,16 @@ STACK = Stack(
     release="trl 1.16.0 SFTTrainer + transformers 5.24.0 + peft 0.21.2",
     defaults=(
         Default(field="precision", value="amp-bf16", engines=("torch", "fsdp2"),
-                source=f"{_SC}.bf16=None -> True (autocast); trainer/sft_trainer.py a model id is loaded in float32 "
-                       "(model_init_kwargs without dtype)"),
+                source=f"{_SC}.bf16=None -> True; trainer/sft_trainer.py model_init_kwargs dtype unset -> float32"),
         Default(field="optimizer", value="adamw", source=f"{_SC}.optim=adamw_torch_fused"),
         Default(field="optimizer_impl", value="fused", engines=("torch", "fsdp2"),
                 source=f"{_SC}.optim=adamw_torch_fused (torch.optim.AdamW(fused=True))"),
         Default(field="recompute", value="full", source="trl 1.16.0 trainer/base_config.py gradient_checkpointing=True"),
         Default(field="loop", value="trainer", source="trl 1.16.0 trainer/sft_trainer.py SFTTrainer.compute_loss"),
         Default(field="loss", value="fused-linear",
-                source="trl 1.16.0 trainer/sft_trainer.py add_fused_lm_head: log-probs in tiles "
-                       "(kernels/chunked_logprob.py TOKEN_CHUNK_SIZE=4096, 32768 vocab columns), no b*s*V logits"),
-        Default(field="seq_len", value=1024, source=f"{_SC}.max_length=1024 (longer sequences truncated)"),
+                source="trl 1.16.0 trainer/sft_trainer.py add_fused_lm_head -> kernels/chunked_logprob.py "
+                       "ChunkedLogProbFunction (TOKEN_CHUNK_SIZE=4096, chunk_size=32768)"),
+        Default(field="seq_len", value=1024, source=f"{_SC}.max_length=1024"),
         Default(field="micro_batch", value=8, source=f"{_SC}.per_device_train_batch_size=8"),
         Default(field="grad_accum", value=1, source=f"{_SC}.gradient_accumulation_steps=1"),
         Default(field="compile", value=False, source=f"{_SC}.torch_compile=False"),
@@ -33,8 +32,8 @@ STACK = Stack(
         Default(field="lora_targets", value=peft_default_targets, when=("lora",),
                 source=f"{PEFT_SOURCE} (LoraConfig target_modules=None)"),
         Default(field="adapter_dtype", value="fp32", when=("lora",),
-                source="peft 0.21.2 get_peft_model autocast_adapter_dtype=True (fp32 adapters; TRL passes False "
-                       "only under ZeRO-3)"),
+                source="peft 0.21.2 get_peft_model autocast_adapter_dtype=True; trainer/sft_trainer.py "
+                       "autocast_adapter_dtype=False with ZeRO-3 only"),
     ),
     notes=(
         "TRL's fused LM head is counted as Liger's fused linear cross-entropy (its own tiles: 4096 tokens by 32768 "

@@ -24,9 +24,10 @@ STACK = Stack(
                 source=f"{_LD} dtype=None -> bfloat16 where supported"),
         Default(field="recompute", value="full", source=f"{_GP} use_gradient_checkpointing='unsloth'"),
         Default(field="offload_activations", value=True,
-                source=f"{_GP} use_gradient_checkpointing='unsloth' (checkpointed inputs offloaded to the CPU)"),
+                source=f"{_GP} use_gradient_checkpointing='unsloth' (offloaded to CPU)"),
         Default(field="loss", value="fused-linear",
-                source="unsloth 015bdef fused cross-entropy of unsloth_zoo (no b*s*V logits)"),
+                source="unsloth 015bdef unsloth/models/llama.py CausalLM forward: unsloth_fused_ce_loss "
+                       "(UNSLOTH_RETURN_LOGITS=0, EMPTY_LOGITS)"),
         Default(field="optimizer", value="adamw", source="trl SFTConfig optim=adamw_torch_fused"),
         Default(field="optimizer_impl", value="fused", engines=("torch",),
                 source="trl SFTConfig optim=adamw_torch_fused"),
