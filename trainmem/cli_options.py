@@ -54,7 +54,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("loop", _S, "--loop", "trainer (HF Trainer/TRL/torchtitan/Megatron: output dropped before backward) | "
                            "script (outputs kept through backward) [trainer]"),
     ("loss", _S, "--loss", "hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) | "
-                           "fused-ce (flash-attn cross-entropy on 16-bit logits; llm-foundry) [hf]"),
+                           "fused-ce (flash-attn cross-entropy on 16-bit logits; llm-foundry) | cce (Apple's Cut "
+                           "Cross-Entropy, no logits; axolotl) [hf]"),
     ("loss_chunks", _I, "--loss-chunks", "chunks of the chunked loss [8, torchtune's default]"),
     ("engine", _S, "--engine", "torch|fsdp2|deepspeed|megatron"),
     ("gpus", _I, "--gpus", "world size [1]"),

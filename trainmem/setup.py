@@ -26,7 +26,8 @@ attn_kernel        engine default  step time only: the fused attention kernel, f
 loop               trainer         trainer: the model output is dropped before backward (HF Trainer, TRL,
                                    torchtitan, Megatron); script: ``outputs`` is kept through backward
 loss               hf              hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) |
-                                   fused-ce (flash-attn's cross-entropy kernel on the 16-bit logits, llm-foundry)
+                                   fused-ce (flash-attn's cross-entropy kernel on the 16-bit logits, llm-foundry) |
+                                   cce (Apple's Cut Cross-Entropy: no logits materialised; axolotl's plugin)
 loss_chunks        8 (chunked)     chunks of the chunked / fused-linear loss
 gpus               1               world size
 dp                 gpus/(tp·pp·cp) data-parallel degree
@@ -92,7 +93,7 @@ Recompute = Literal["none", "selective", "full"]
 Attn = Literal["sdpa", "flash", "eager"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Loop = Literal["trainer", "script"]
-Loss = Literal["hf", "chunked", "fused-linear", "fused-ce"]
+Loss = Literal["hf", "chunked", "fused-linear", "fused-ce", "cce"]
 
 #: Precision recipes each engine really has.
 RECIPES: dict[str, tuple[str, ...]] = {
@@ -258,7 +259,9 @@ class TrainingSetup(BaseModel):
         self._resolve_parallel_defaults()
         if self.loss_chunks is None and self.loss == "chunked":
             object.__setattr__(self, "loss_chunks", 8)
-        if self.loss_chunks is not None and self.loss in ("hf", "fused-ce"):
+        if self.loss == "cce" and self.tp > 1:
+            raise ValueError("--loss cce with tp > 1 is not modelled (Cut Cross-Entropy's vocab-parallel options)")
+        if self.loss_chunks is not None and self.loss in ("hf", "fused-ce", "cce"):
             raise ValueError("--loss-chunks needs --loss chunked or fused-linear")
         if self.dp is None:
             denom = self.tp * self.pp * self.cp

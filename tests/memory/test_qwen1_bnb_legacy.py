@@ -105,3 +105,32 @@ def test_bnb_legacy_peak_adds_every_layers_inputs_and_one_layer_under_recompute(
 def test_bnb_legacy_needs_qlora():
     with pytest.raises(Exception, match="needs --qlora"):
         build("llama-2-7b", qlora_impl="bnb-legacy")
+
+
+# -- Cut Cross-Entropy (--loss cce) -----------------------------------------------------------------------
+def test_cut_cross_entropy_keeps_no_logits():
+    """apple/ml-cross-entropy LinearCrossEntropyFunction: lse (fp32) and valid indices (int64) per token and the
+    mean logit per vocabulary entry (fp32) kept; the target logits (fp32) in the forward; the vocabulary order
+    (int32) in the backward. Llama-3.2-1B, b·s = 4096 tokens, V = 128,256."""
+    from trainmem.memory.loss import cut_cross_entropy_buffers
+
+    spec, setup = build("llama-3.2-1b", precision="bf16", seq_len=4096, loss="cce")
+    lb = loss_buffers(spec, setup)
+    assert lb == cut_cross_entropy_buffers(4096, 128256)
+    assert (lb.logits_bytes, lb.kept_bytes, lb.forward_transient_bytes, lb.backward_transient_bytes,
+            lb.grad_logits_bytes) == (0, 12 * 4096 + 4 * 128256, 4 * 4096, 4 * 128256, 0)
+    hf = estimate(*build("llama-3.2-1b", precision="bf16", seq_len=4096)).peak_allocated_bytes
+    cce = estimate(*build("llama-3.2-1b", precision="bf16", seq_len=4096, loss="cce")).peak_allocated_bytes
+    assert cce < hf
+
+
+def test_cut_cross_entropy_refusals():
+    from trainmem.errors import TrainmemError
+
+    with pytest.raises(TrainmemError, match="cce with tp"):
+        build("llama-3.2-1b", engine="fsdp2", gpus=2, tp=2, loss="cce")
+    pytest.importorskip("torch")
+    from trainmem.trace.support import check_traceable
+
+    with pytest.raises(TrainmemError, match="cannot trace --loss cce"):
+        check_traceable(*build("llama-3.2-1b", loss="cce"))

@@ -141,7 +141,9 @@ def script_requirements(spec: ModelSpec, setup: TrainingSetup, checkpointing: bo
             "chunked": f"a chunked cross-entropy over {s.loss_chunks} chunks (torchtune/litgpt style)",
             "fused-linear": "Liger's fused linear cross-entropy (HF Trainer: --use_liger_kernel)",
             "fused-ce": "flash-attn's cross-entropy on the 16-bit logits (flash_attn.losses.cross_entropy."
-                        "CrossEntropyLoss, inplace_backward=False) in place of the model's own"}[s.loss]
+                        "CrossEntropyLoss, inplace_backward=False) in place of the model's own",
+            "cce": "Apple's Cut Cross-Entropy (cut_cross_entropy.linear_cross_entropy on the final hidden state and "
+                   "the head weight; axolotl's cut_cross_entropy plugin)"}[s.loss]
     out.append(f"loss: {loss}; loop {s.loop}: "
                + ("the logits are dropped before backward" if s.loop == "trainer" else
                   "the model output is kept through backward"))

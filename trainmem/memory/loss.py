@@ -18,7 +18,8 @@ from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
-__all__ = ["LossBuffers", "loss_buffers", "liger_chunk_rows", "fused_ce_buffers", "unshifted_16bit_ce_buffers"]
+__all__ = ["LossBuffers", "loss_buffers", "liger_chunk_rows", "fused_ce_buffers", "unshifted_16bit_ce_buffers",
+           "cut_cross_entropy_buffers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,8 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
         return _fused_linear(spec, setup, T, V, c)
     if setup.loss == "fused-ce":
         return _sp_final_norm_shard(spec, setup, fused_ce_buffers(T, V, c))
+    if setup.loss == "cce":
+        return cut_cross_entropy_buffers(T, V)
     kept = 4 * n
     if spec.final_logit_softcapping and spec.head == "lm":
         kept += c * n  # tanh output kept for backward; division by the cap keeps nothing
@@ -89,6 +92,23 @@ def unshifted_16bit_ce_buffers(n: int, c: int) -> LossBuffers:
     the upcast path applies.)"""
     return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=c * n,
                        backward_transient_bytes=2 * c * n, grad_logits_bytes=c * n)
+
+
+def cut_cross_entropy_buffers(tokens: int, vocab: int) -> LossBuffers:
+    """Apple's Cut Cross-Entropy (``cut_cross_entropy.linear_cross_entropy``, impl ``cce``; apple/ml-cross-entropy
+    @ d42911f cut_cross_entropy/cce.py ``LinearCrossEntropyFunction``, cce_backward.py ``cce_backward_kernel``;
+    axolotl's ``cut_cross_entropy`` plugin patches the model's forward with it). The logits are never
+    materialised: the forward's Triton kernel computes the log-sum-exp per token (fp32) and, with the default
+    ``filter_eps="auto"``, the mean logit per vocabulary entry (fp32, V); ``indexed_neg_dot`` gives the target
+    logit per token (fp32, freed with the forward). It saves ``(e, c, bias, lse, targets, valids, logit_avg)``:
+    the final hidden state and the head weight (already alive: the LM head's saved input and parameter, which the
+    walk counts as for the model's own head), the lse (4 B a token), the valid-token indices (int64, 8 B a
+    token, ``_build_flat_valids``) and logit_avg (4·V). The backward sorts the vocabulary by logit_avg (int32,
+    4·V) and writes ``de = zeros_like(e)`` (the gradient stream the walk allocates) and ``dc = zeros_like(c)``
+    only when the head trains (the head's .grad, allocated by the walk at the loss backward); no b·s·V tensor
+    exists at any time."""
+    return LossBuffers(logits_bytes=0, kept_bytes=12 * tokens + 4 * vocab, forward_transient_bytes=4 * tokens,
+                       backward_transient_bytes=4 * vocab, grad_logits_bytes=0)
 
 
 def fused_ce_buffers(tokens: int, vocab: int, logit_bytes: int) -> LossBuffers:

@@ -46,7 +46,9 @@ BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_c
 #: cross-entropy 36 (fp32 max, exp, sum, softmax-grad passes); Liger's fused linear loss 16; flash-attn's
 #: cross-entropy 6 (the forward kernel reads the 16-bit logits once, the backward reads them and writes the
 #: 16-bit gradient: flash_attn/ops/triton/cross_entropy.py ``cross_entropy_fwd_kernel`` / ``_bwd_kernel``).
-_LOSS_BYTES = {"hf": 44.0, "chunked": 44.0, "fused-linear": 16.0, "fused-ce": 6.0, "megatron": 36.0}
+#: Cut Cross-Entropy keeps the logits in on-chip memory (apple/ml-cross-entropy cce_lse_forward.py / cce_backward.py):
+#: no HBM traffic per logit element is counted (its recomputed head matmul is not timed).
+_LOSS_BYTES = {"hf": 44.0, "chunked": 44.0, "fused-linear": 16.0, "fused-ce": 6.0, "cce": 0.0, "megatron": 36.0}
 
 
 @dataclass(frozen=True, slots=True)

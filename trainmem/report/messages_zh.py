@@ -342,6 +342,9 @@ EXACT: dict[str, str] = {
     "--optimizer-in-backward (per-parameter optimizers in post-accumulate-grad hooks)":
         "--optimizer-in-backward（每个参数一个优化器，挂在 post-accumulate-grad hook 上）",
     "adamw-8bit (bitsandbytes kernels)": "adamw-8bit（bitsandbytes kernel）",
+    "--loss cce (Cut Cross-Entropy's Triton kernels)": "--loss cce（Cut Cross-Entropy 的 Triton kernel）",
+    "--loss cce with tp > 1 is not modelled (Cut Cross-Entropy's vocab-parallel options)":
+        "--loss cce 与 tp > 1 的组合尚未建模（Cut Cross-Entropy 的词表并行选项）",
     "LoRA/QLoRA fine-tuning (not traced yet)": "LoRA/QLoRA 微调（暂不支持追踪）",
     "--attn flash (flash-attention-2 kernels need a GPU; --attn sdpa traces CUDA's flash SDPA kernel)":
         "--attn flash（flash-attention-2 kernel 需要 GPU；--attn sdpa 会追踪 CUDA 的 flash SDPA kernel）",

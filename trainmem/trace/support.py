@@ -51,6 +51,8 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
             raise _no(f"tp({s.tp}) that does not divide num_key_value_heads({spec.num_kv_heads})")
     if s.optimizer == "adamw-8bit":
         raise _no("adamw-8bit (bitsandbytes kernels)")
+    if s.loss == "cce":
+        raise _no("--loss cce (Cut Cross-Entropy's Triton kernels)")
     if s.optimizer_in_backward:
         raise _no("--optimizer-in-backward (per-parameter optimizers in post-accumulate-grad hooks)")
     if s.optimizer in PAGED_OPTIMIZERS:
@@ -63,6 +65,8 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
         raise _no(f"--loss {s.loss} on {spec.architecture} (traced for causal LMs without logit softcapping)")
     if s.offload != "none":
         raise _no(f"offload {s.offload}")
+    if s.offload_activations:  # (pinned host copies on a side stream; its packs are checked on real tensors instead)
+        raise _no("--offload-activations (saved tensors copied to pinned host memory on a CUDA side stream)")
     if s.attn == "flash":
         raise _no("--attn flash (flash-attention-2 kernels need a GPU; --attn sdpa traces CUDA's flash SDPA kernel)")
     if s.recompute == "selective":
