@@ -220,6 +220,8 @@ def plan_checks(global_batch: int, cluster: str | None, gpu: str | None, min_gpu
                 days: float | None) -> bool:
     """The checks ``trainmem plan`` makes before searching (one line each); True when a sizing question
     (``min_gpus``, ``tokens`` with ``days``) is asked."""
+    if global_batch < 0:  # given, and wrong (0 is the flag's "not given")
+        raise ConfigError(f"--global-batch must be ≥ 1, got {global_batch}")
     if global_batch < 1:
         raise ConfigError("--global-batch is required (sequences per optimizer step, ≥ 1)")
     sizing = min_gpus or tokens is not None or days is not None

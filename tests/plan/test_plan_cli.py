@@ -107,6 +107,7 @@ def test_compare_offers_the_fused_optimizer_by_its_temporary(capsys) -> None:
 @pytest.mark.parametrize("args, needle", [
     (["plan", "llama-3.1-8b", "--global-batch", "8"], "--cluster is required"),
     (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G"], "--global-batch is required"),
+    (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "-4"], "--global-batch must be ≥ 1, got -4"),
     (["plan", "llama-3.1-8b", "--cluster", "8xH1000", "--global-batch", "8"], "H100"),
     (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "8", "--fix", "tp=x"], "--fix"),
     (["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "8", "--fix", "tpp=2"], "unknown knob"),

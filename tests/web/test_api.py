@@ -276,3 +276,17 @@ def test_host_header_is_checked_on_loopback() -> None:
     with TestClient(create_app(LOOPBACK_HOSTS), base_url="http://127.0.0.1:8000") as c:
         assert c.get("/api/ui").status_code == 200
         assert c.get("/api/ui", headers={"host": "evil.example:8000"}).status_code == 400
+
+
+def test_page_defaults_are_the_clis(client) -> None:
+    """The Plan tab showed seq 2048 and planned at 4096: the page's placeholders come from the commands' own
+    defaults (/api/meta), plan's --seq-len 4096 among them."""
+    import inspect
+
+    from trainmem.plan_cli import plan_cmd
+
+    meta = client.get("/api/meta").json()
+    cli_defaults = {n: p.default for n, p in inspect.signature(plan_cmd).parameters.items()}
+    assert meta["defaults"]["plan"]["seq_len"] == cli_defaults["seq_len"] == 4096
+    assert meta["defaults"]["plan"]["top"] == cli_defaults["top"] and meta["defaults"]["plan"]["precision"] == "bf16"
+    assert "seq_len" not in meta["defaults"]["estimate"]  # the model's default (2048, or its context)

@@ -18,12 +18,18 @@ def _ready(page, live_server: str) -> None:
     page.wait_for_selector('[data-testid="peak"]')
 
 
+#: The page has answered every edit: no edit waits for its debounce timer (a blur's ``change`` of the previous
+#: field can start a request before the next value is typed), and the latest request is drawn or refused.
+IDLE = ("state.timer === null && (document.body.getAttribute('data-updated') == String(state.seq)"
+        " || document.body.getAttribute('data-error') == String(state.seq))")
+
+
 def _after(page, action) -> None:  # noqa: ANN001
-    """Run ``action`` and wait until the page has answered it (new numbers or an error)."""
+    """Run ``action`` and wait until the page has answered it and every edit before it (new numbers or an
+    error) — on conditions, never on time."""
     before = page.evaluate("state.seq")
     action()
-    page.wait_for_function(f"state.seq > {before} && (document.body.getAttribute('data-updated') == String(state.seq)"
-                           f" || document.body.getAttribute('data-error') == String(state.seq))")
+    page.wait_for_function(f"state.seq > {before} && {IDLE}")
 
 
 def _peak(page) -> str:
@@ -52,6 +58,7 @@ def test_edits_update_numbers_and_chart(page, live_server, tmp_path) -> None:
 
 def test_bad_value_shows_its_error_beside_the_field(page, live_server, tmp_path) -> None:
     _ready(page, live_server)
+    assert page.get_attribute('[data-testid="field-seq_len"]', "placeholder") == "2048"
     _after(page, lambda: page.fill('[data-testid="field-micro_batch"]', "abc"))
     err = page.locator('[data-testid="error-micro_batch"]')
     assert "--micro-batch" in err.text_content() and "integer" in err.text_content()
@@ -103,6 +110,8 @@ def test_compare_and_plan_tabs(page, live_server, tmp_path) -> None:
     page.wait_for_selector("#fig-plan-memory .main-svg")
     assert page.locator('[data-testid="plan-table"] tbody tr').count() >= 1
     assert page.locator('[data-field="cluster"]').is_visible() and not page.locator('[data-field="micro_batch"]').is_visible()
+    # a blank field shows this tab's default, the CLI's: plan --seq-len 4096 (the estimate tab's is 2048)
+    assert page.get_attribute('[data-testid="field-seq_len"]', "placeholder") == "4096"
     shot(page, tmp_path, "06-plan")
     _after(page, lambda: page.fill('[data-testid="field-cluster"]', "8xNOPE"))
     assert "unknown GPU 'NOPE'" in page.locator('[data-testid="error-cluster"]').text_content()

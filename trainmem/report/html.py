@@ -83,11 +83,12 @@ def _list(items: list[str], lang: str, cls: str = "notes") -> str:
 
 def _verdict(est: dict, lang: str) -> str:
     mem = est["gpu_memory_bytes"] / GiB
+    gpu = est["gpu"] + (" with --gpu-memory" if (est.get("setup") or {}).get("gpu_memory") else "")
     if est["fits"]:
-        text = f"fits on {est['gpu']} ({mem:.1f} GiB): headroom {est['headroom_bytes'] / GiB:.2f} GiB; " \
+        text = f"fits on {gpu} ({mem:.1f} GiB): headroom {est['headroom_bytes'] / GiB:.2f} GiB; " \
                f"the peak is during {est['peak_phase']}"
     else:
-        text = f"does NOT fit on {est['gpu']} ({mem:.1f} GiB): {-est['headroom_bytes'] / GiB:.2f} GiB short; " \
+        text = f"does NOT fit on {gpu} ({mem:.1f} GiB): {-est['headroom_bytes'] / GiB:.2f} GiB short; " \
                f"the peak is during {est['peak_phase']}"
     cls = "fits" if est["fits"] else "nofit"
     return f'<p class="verdict {cls}" data-testid="verdict">{_e(tr(text, lang))}</p>'

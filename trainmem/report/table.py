@@ -75,10 +75,11 @@ def _esc(text: str) -> str:
 
 def result_line(est: MemoryEstimate, lang: str = "en") -> str:
     """The verdict under the table (rich markup): fits or not, headroom, the peak's phase, trainable count."""
-    gpu = f"{est.gpu} ({est.gpu_memory_bytes / GiB:.1f} GiB)"
+    override = bool(est.setup.get("gpu_memory"))  # --gpu-memory: the catalog GPU's speed, that memory
+    gpu = f"{est.gpu}{' with --gpu-memory' if override else ''} ({est.gpu_memory_bytes / GiB:.1f} GiB)"
     head = est.headroom_bytes / GiB
     if lang == "zh":
-        gpu = f"{est.gpu}（{est.gpu_memory_bytes / GiB:.1f} GiB）"
+        gpu = f"{est.gpu}（{'--gpu-memory ' if override else ''}{est.gpu_memory_bytes / GiB:.1f} GiB）"
         verdict = (f"[green]{gpu}放得下：余量 {head:.2f} GiB[/green]" if est.fits
                    else f"[red]{gpu}放不下：还差 {-head:.2f} GiB[/red]")
         return (f"{verdict}；峰值出现在{_esc(tr(est.peak_phase, lang))}阶段；"

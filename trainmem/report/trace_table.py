@@ -11,7 +11,7 @@ from trainmem.report.i18n import t, tr
 from trainmem.setup import TrainingSetup
 from trainmem.units import GB, GiB
 
-__all__ = ["print_trace", "print_comparison"]
+__all__ = ["print_trace", "print_comparison", "shown_rows", "RESOLUTION_BYTES"]
 
 
 def print_trace(spec: ModelSpec, setup: TrainingSetup, result, lang: str = "en") -> None:  # noqa: ANN001
@@ -50,15 +50,25 @@ def print_trace(spec: ModelSpec, setup: TrainingSetup, result, lang: str = "en")
         con.print(f"[dim]  {'说明' if zh else 'note'}{'：' if zh else ': '}{escape(tr(n, lang))}[/dim]")
 
 
+#: What the comparison table shows (3 decimals of GiB); a category under half of it on both sides is left out:
+#: its relative error (a few hundred bytes against none: "0.000 / 0.000 / -100.0 %") says nothing.
+RESOLUTION_BYTES = -(-GiB // 2000)  # (rounded up: what prints 0.001)
+
+
+def shown_rows(rows: list[tuple[str, int, int, float]]) -> list[tuple[str, int, int, float]]:
+    """The comparison rows (category, estimate bytes, trace bytes, relative error) the table shows: those with
+    bytes on either side at the table's resolution."""
+    return [row for row in rows if max(row[1], row[2]) >= RESOLUTION_BYTES]
+
+
 def print_comparison(spec: ModelSpec, setup: TrainingSetup, cmp, lang: str = "en") -> None:  # noqa: ANN001
     con = Console()
     tab = Table(title=t("compare_title", lang, name=spec.name))
     for col in (t("category", lang), t("estimate_gib", lang), t("trace_gib", lang), t("error_col", lang)):
         tab.add_column(col, justify="left" if col == t("category", lang) else "right")
-    for cat, e, r, err in cmp.rows():
-        if e or r:
-            tab.add_row(t(cat, lang), f"{e / GiB:.3f}", f"{r / GiB:.3f}",
-                        f"{100 * err:+.1f} %" if r else ("—" if not e else t("new", lang)))
+    for cat, e, r, err in shown_rows(cmp.rows()):
+        tab.add_row(t(cat, lang), f"{e / GiB:.3f}", f"{r / GiB:.3f}",
+                    f"{100 * err:+.1f} %" if r else ("—" if not e else t("new", lang)))
     tab.add_section()
     tab.add_row(t("peak_allocated", lang), f"{cmp.estimate_peak_bytes / GiB:.3f}",
                 f"{cmp.trace.peak_allocated_bytes / GiB:.3f}", f"{100 * cmp.peak_error:+.2f} %")

@@ -144,7 +144,7 @@ def _meta() -> dict:
     from trainmem import setup as s
     from trainmem.hardware import list_gpus
     from trainmem.model.catalog import list_models, load_catalog_spec
-    from trainmem.web.commands import doctor_available
+    from trainmem.web.commands import command_defaults, doctor_available
 
     models = []
     for m in list_models():
@@ -155,7 +155,7 @@ def _meta() -> dict:
                "loop": get_args(s.Loop), "loss": get_args(s.Loss)}
     gpus = [{"name": g.name, "memory_bytes": g.memory_bytes} for g in list_gpus()]
     return {"models": models, "gpus": gpus, "choices": choices, "recipes": s.RECIPES,
-            "doctor": doctor_available(), "max_body_bytes": MAX_BODY_BYTES}
+            "doctor": doctor_available(), "max_body_bytes": MAX_BODY_BYTES, "defaults": command_defaults()}
 
 
 def _openapi_body(command: str) -> dict:

@@ -42,6 +42,17 @@ def _click_command(name: str):  # noqa: ANN202 - a click command
     return cmd
 
 
+def command_defaults() -> dict[str, dict[str, object]]:
+    """Each command's option defaults as its click command declares them — the CLI's (``plan --seq-len``
+    4096, ``estimate``'s unset, model-dependent one left out): the page shows these."""
+    out: dict[str, dict[str, object]] = {}
+    for name in COMMANDS:
+        cmd = _click_command(name)
+        out[name] = {p.name: p.default for p in cmd.params
+                     if type(p.default) in (int, float, str) and p.param_type_name == "option"}
+    return out
+
+
 def _params(cmd) -> dict[str, Any]:  # noqa: ANN001
     return {p.name: p for p in cmd.params if p.name != "help"}
 

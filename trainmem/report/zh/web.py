@@ -184,6 +184,10 @@ PATTERNS: list[tuple[str, str]] = [
     ("allocated (rank {r:d})", "已分配（rank {r}）"),
     ("reserved (rank {r:d})", "已保留（rank {r}）"),
     # ------------------------------------------------------------------ html.py
+    ("fits on {gpu:w} with --gpu-memory ({m:d} GiB): headroom {h:d} GiB; the peak is during {phase}",
+     "{gpu}（--gpu-memory {m} GiB）放得下：余量 {h} GiB；峰值出现在{phase!t}阶段"),
+    ("does NOT fit on {gpu:w} with --gpu-memory ({m:d} GiB): {s:d} GiB short; the peak is during {phase}",
+     "{gpu}（--gpu-memory {m} GiB）放不下：还差 {s} GiB；峰值出现在{phase!t}阶段"),
     ("fits on {gpu:w} ({m:d} GiB): headroom {h:d} GiB; the peak is during {phase}",
      "{gpu}（{m} GiB）放得下：余量 {h} GiB；峰值出现在{phase!t}阶段"),
     ("does NOT fit on {gpu:w} ({m:d} GiB): {s:d} GiB short; the peak is during {phase}",

@@ -131,6 +131,14 @@ function showFields() {
     if (id === "model_other") on = on && src === "__other";
     w.style.display = on ? "" : "none";
   });
+  // a blank field means the command's default: show this tab's (the CLI's: plan --seq-len 4096, estimate 2048)
+  var defaults = (state.meta.defaults || {})[state.tab] || {};
+  FIELDS.forEach(function (f) {
+    var input = $("#f-" + f.id);
+    if (!input || input.tagName !== "INPUT" || input.type !== "text") return;
+    var d = defaults[keyOf(f)];
+    input.placeholder = d !== undefined && d !== null ? String(d) : (f.placeholder || "");
+  });
   $all("#form fieldset, #form details").forEach(function (b) {
     var shown = $all(".field", b).some(function (w) { return w.style.display !== "none"; });
     b.style.display = shown ? "" : "none";
@@ -219,6 +227,7 @@ function draw(resp) {
 }
 
 function update() {
+  state.timer = null;  // (tests wait for no pending edit and the latest request answered: state.timer, seq)
   var b = body(), seq = ++state.seq;
   clearErrors();
   if (Object.keys(b.problems).length) {
