@@ -14,6 +14,8 @@ rotary/q/k/v/out are kept separately; HF Llama with sdpa keeps about 46·s·b·h
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainmem.model.spec import ModelSpec, attention_layer_types
@@ -192,6 +194,19 @@ def derived_attn(setup: TrainingSetup) -> str:
     return "eager" if setup.attn == "eager" else "sdpa"
 
 
+def _derived_first(fn: Callable[..., LayerSaved]) -> Callable[..., LayerSaved]:
+    """``layer_saved`` of a family described from transformers itself (trainmem/model/derive.py): its measured
+    parts, each ``constant + b·(α·s + β·s²)`` bytes; the described families go on to the hand-written terms."""
+    @functools.wraps(fn)
+    def wrapper(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: bool = False) -> LayerSaved:
+        if spec.derived is None:
+            return fn(spec, setup, layer_idx, fp8=fp8)
+        return LayerSaved(tuple(Term(p.name, p.component, p.bytes_for(setup.micro_batch, setup.seq_len), False)
+                                for p in spec.derived.parts(derived_mode(setup), derived_attn(setup))))
+    return wrapper
+
+
+@_derived_first
 def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: bool = False) -> LayerSaved:
     """Bytes one layer keeps for backward for one micro-batch on this rank, by term (no recompute).
 
@@ -207,9 +222,6 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
         from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
         if megatron_te_layer(spec):
             return megatron_layer_saved(spec, setup, layer_idx, fp8=fp8 or setup.precision == "fp8")
-    if spec.derived is not None:  # a family described from transformers itself (trainmem/model/derive.py)
-        return LayerSaved(tuple(Term(p.name, p.component, p.bytes_for(setup.micro_batch, setup.seq_len), False)
-                                for p in spec.derived.parts(derived_mode(setup), derived_attn(setup))))
     T = setup.micro_batch * setup.seq_len // setup.cp
     s = setup.seq_len // setup.cp
     b = setup.micro_batch

@@ -553,13 +553,15 @@ def _rotary_dim(config: Any, head_dim: int) -> int | None:
     return None
 
 
-def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", described: str = "") -> ModelSpec:
+def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", described: str = "",
+                max_layers: int = 2048, activations: frozenset[str] = frozenset()) -> ModelSpec:
     """A ``ModelSpec`` for a config whose family trainmem does not describe, from transformers itself:
     exact parameter counts from a meta-device build; ``spec.derived`` measures the layers on demand.
 
     Raises ``UnsupportedError`` (one line) without torch/transformers, for a model_type transformers has
     no causal-LM class for, and for mixture-of-experts layers; ``ConfigError`` where transformers refuses
-    the config."""
+    the config. ``max_layers``, ``activations``: trainmem's layer guard and transformers' ACT2FN names
+    (``trainmem.model.hf`` passes its own; this module does not import it)."""
     model_type = str(cfg.get("model_type"))
     torch, transformers = _import_torch()
     if torch is None:
@@ -569,9 +571,8 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
     n_layers = _first_attr(config, "num_hidden_layers", "n_layer", "num_layers")
     if not isinstance(n_layers, int) or n_layers < 1:
         raise ConfigError(f"config.json (model_type {model_type!r}) lacks 'num_hidden_layers'")
-    from trainmem.model.hf import MAX_LAYERS
-    if n_layers > MAX_LAYERS:
-        raise ConfigError(f"config.json: num_hidden_layers({n_layers:,}) is above trainmem's limit of {MAX_LAYERS:,}")
+    if n_layers > max_layers:
+        raise ConfigError(f"config.json: num_hidden_layers({n_layers:,}) is above trainmem's limit of {max_layers:,}")
     with torch.device("meta"):
         model = _build(transformers, torch, config, architecture)
     if any("expert" in n.lower() for n, _ in model.named_modules()):
@@ -591,13 +592,12 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
     else:
         position = "alibi" if (getattr(config, "alibi", False) or model_type == "bloom") else "none"
     final_norms = [type(m).__name__.lower() for n, m in model.named_modules() if "norm" in type(m).__name__.lower()]
-    from trainmem.model.hf import KNOWN_ACTIVATIONS
     act = str(_first_attr(config, "hidden_act", "hidden_activation", "activation_function", default="silu"))
     return ModelSpec(
         name=name, model_type=model_type, architecture=architecture, hidden_size=h, num_layers=n_layers,
         num_attention_heads=heads, num_kv_heads=kv, head_dim=head_dim, v_head_dim=head_dim,
         intermediate_size=width or 4 * h, vocab_size=int(_first_attr(config, "vocab_size")),
-        tie_word_embeddings=tied, mlp_gated=gated, hidden_act=act if act in KNOWN_ACTIVATIONS else "silu",
+        tie_word_embeddings=tied, mlp_gated=gated, hidden_act=act if act in activations else "silu",
         norm="rmsnorm" if final_norms and "rms" in final_norms[-1] else "layernorm", position=position,
         max_position_embeddings=int(_first_attr(config, "max_position_embeddings", "n_positions", "seq_length",
                                                 default=2**20)),

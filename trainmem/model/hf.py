@@ -905,7 +905,8 @@ def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str = "") 
     builder = _BUILDERS.get(str(model_type))
     if builder is None:  # no description here: derive one from transformers itself (needs torch)
         from trainmem.model.derive import derive_spec
-        return derive_spec(cfg, name=name, source=source, described=", ".join(SUPPORTED_MODEL_TYPES))
+        return derive_spec(cfg, name=name, source=source, described=", ".join(SUPPORTED_MODEL_TYPES),
+                           max_layers=MAX_LAYERS, activations=KNOWN_ACTIVATIONS)
     c = _Config(cfg, str(model_type), where)
     spec = builder(c, name, source, top_level)
     _check_model(c, spec)
