@@ -49,3 +49,33 @@ def test_comparison_rows_below_the_resolution_are_left_out() -> None:
             ("gradients", 0, 0, 0.0)]
     assert [r[0] for r in shown_rows(rows)] == ["parameters", "temporaries"]
     assert f"{(RESOLUTION_BYTES - 1) / GiB:.3f}" == "0.000" and f"{RESOLUTION_BYTES / GiB:.3f}" == "0.001"
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_report_files_are_written_as_open_would(tmp_path, umask: int, mode: int) -> None:
+    """Reports were 0600 (mkstemp's mode): now what open() gives under the umask — 0644 under the usual 022."""
+    import os
+    import stat
+
+    from trainmem.report.html import write_report
+    old = os.umask(umask)
+    try:
+        out = write_report(tmp_path / "r.html", "<html></html>")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == mode and out.read_text() == "<html></html>"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
+
+
+def test_missing_plotly_names_the_extra(monkeypatch) -> None:
+    import importlib.util
+
+    from trainmem.errors import ConfigError
+    from trainmem.report import plotlyjs
+    from trainmem.report.i18n import tr
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
+    with pytest.raises(ConfigError) as e:
+        plotlyjs.plotly_js_path()
+    assert str(e.value).endswith("pip install 'trainmem[web]'") and "plotly" in str(e.value)
+    assert "pip install 'trainmem[web]'" in tr(str(e.value), "zh") and tr(str(e.value), "zh") != str(e.value)

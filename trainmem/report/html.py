@@ -419,6 +419,21 @@ def doctor_report_html(findings_json: dict, lang: str = "en", steps: list[dict] 
     return document(tr("trainmem doctor", lang), sections, figures, lang)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc/self/status, "Umask:"; a
+    web server writes from threads), else by setting and restoring it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_report(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` to ``path`` atomically (a temporary file in the same folder, then a rename): an
     error leaves no half-written file. Returns the path written."""
@@ -434,6 +449,7 @@ def write_report(path: str | os.PathLike[str], text: str) -> Path:
         raise ConfigError(f"-o {str(out)!r}: cannot write there ({exc.strerror})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 -> what open() makes (0644, umask 022)
             fh.write(text)
         os.replace(tmp, out)
     except OSError as exc:

@@ -24,7 +24,7 @@ def plotly_js_path() -> Path:
         path = Path(loc) / "package_data" / "plotly.min.js"
         if path.is_file():
             return path
-    raise ConfigError("charts need the plotly package: pip install plotly")
+    raise ConfigError("charts need the plotly package, in trainmem's web extra: pip install 'trainmem[web]'")
 
 
 @lru_cache(maxsize=1)

@@ -102,7 +102,8 @@ EXACT: dict[str, str] = {
     "trainmem serve needs fastapi and uvicorn: pip install 'trainmem[web]'":
         "trainmem serve 需要 fastapi 和 uvicorn：pip install 'trainmem[web]'",
     # ------------------------------------------------------------------ plotlyjs.py
-    "charts need the plotly package: pip install plotly": "画图需要 plotly 包：pip install plotly",
+    "charts need the plotly package, in trainmem's web extra: pip install 'trainmem[web]'":
+        "画图需要 plotly 包（trainmem 的 web 可选依赖）：pip install 'trainmem[web]'",
     # ------------------------------------------------------------------ web/app.py, web/commands.py
     "send the request body as JSON (Content-Type: application/json)":
         "请求体请以 JSON 发送（Content-Type: application/json）",
@@ -161,6 +162,7 @@ EXACT: dict[str, str] = {
     "offload": "卸载",
     "LoRA rank (0 = full fine-tuning)": "LoRA rank（0 = 全参数微调）",
     "LoRA target modules": "LoRA 目标模块",
+    "framework defaults": "框架默认值",
     "QLoRA (NF4 base weights)": "QLoRA（NF4 基座权重）",
     "sequence parallel": "序列并行",
     "loss chunks": "loss 分块数",
