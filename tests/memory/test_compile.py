@@ -112,3 +112,18 @@ def test_cli_compile_flag_and_json_setup(capsys) -> None:
     assert main(["estimate", "llama-3.1-8b", "--compile", "--engine", "megatron"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "--engine torch or fsdp2" in err, err
+
+
+def test_every_compile_message_has_its_chinese_entry() -> None:
+    from trainmem.memory.compile import compile_assumptions, compile_refusal
+    from trainmem.model.catalog import load_catalog_spec
+    from trainmem.report.i18n import tr
+
+    spec = load_catalog_spec("llama-3.1-8b")
+    setups = [dict(engine="megatron"), dict(engine="deepspeed"), dict(lora_rank=8), dict(recompute="selective"),
+              dict(attn="eager"), dict(engine="fsdp2", gpus=2, tp=2), dict(precision="fp32", seq_len=S)]
+    msgs = [compile_refusal(spec, make_setup(compile=True, **kw)) for kw in setups]
+    msgs.append(compile_refusal(load_catalog_spec("mixtral-8x7b"), make_setup(compile=True)))
+    msgs += compile_assumptions(make_setup(compile=True, recompute="full"))
+    for m in msgs:
+        assert m and tr(m, "zh") != m, m

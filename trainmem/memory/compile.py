@@ -45,7 +45,7 @@ from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
 __all__ = ["COMPILE_FAMILIES", "compile_refusal", "compiled_layer_saved", "compiled_checkpoint_input_bytes",
-           "compile_assumption"]
+           "compile_assumptions"]
 
 #: Families whose compiled layer is described here (each measured: tests/memory/test_compile.py).
 COMPILE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "gpt2")
@@ -125,11 +125,13 @@ def compiled_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> in
     return residual_bytes(setup) * spec.hidden_size * setup.micro_batch * setup.seq_len
 
 
-def compile_assumption(setup: TrainingSetup) -> str:
-    """The assumption line an estimate under ``--compile`` lists."""
-    ac = (" Checkpointed blocks are compiled with their checkpoint (torchtitan apply_ac then apply_compile): "
-          "each keeps its input; its recompute is the compiled saved set.") if setup.recompute == "full" else ""
-    return ("torch.compile: each decoder layer compiled (torchtitan apply_compile, torchtune compile): saved "
-            "tensors as the min-cut partitioner keeps them (torch/_functorch/partitioners.py, torch 2.13); "
-            "embeddings, final norm, head and loss eager (HF Trainer's whole-model compile saves a little less). "
-            "Step time unchanged (no cited compile speed-up factor)." + ac)
+def compile_assumptions(setup: TrainingSetup) -> list[str]:
+    """The assumption lines an estimate under ``--compile`` lists."""
+    out = ["torch.compile: each decoder layer compiled (torchtitan apply_compile, torchtune compile): saved tensors as "
+           "the min-cut partitioner keeps them (torch/_functorch/partitioners.py, torch 2.13); embeddings, final norm, "
+           "head and loss eager (HF Trainer's whole-model compile saves a little less); eager kernels' temporaries; "
+           "step time unchanged (no cited compile speed-up factor)"]
+    if setup.recompute == "full":
+        out.append("torch.compile with --recompute full: each checkpointed block is compiled with its checkpoint "
+                   "(torchtitan apply_ac, then apply_compile): it keeps its input; its recompute is the compiled saved set")
+    return out

@@ -274,8 +274,8 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
         out.append(f"opt layerdrop {layerdrop}: every layer is counted (OPTDecoder skips each layer with that "
                    "probability in training; the peak is that of a step that skips none)")
     if s.compile:
-        from trainmem.memory.compile import compile_assumption
-        out.append(compile_assumption(s))
+        from trainmem.memory.compile import compile_assumptions
+        out.extend(compile_assumptions(s))
     if s.attn == "flash":
         out.append("attn flash: flash-attention-2 kernels keep q, k, v, output and logsumexp (no s² buffer), native GQA")
     if s.loss == "fused-ce":
