@@ -104,7 +104,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str],
     engine = engine_for(spec, s, rp, notes)
     # (optimizer in backward: every layer's gradients come and go one by one; no block of them to walk)
     plan = build_plan(spec, s, rp, amp_copy=is_amp(s) and engine.amp_weight_copies,
-                      bulk=_BULK and not s.optimizer_in_backward, fp8=fp8)
+                      bulk=_BULK and not s.optimizer_in_backward and not s.offload_activations, fp8=fp8)
     tl = Timeline(debug=bool(os.environ.get("TRAINMEM_ESTIMATE_DEBUG")))
     if fp8_cache:
         tl.alloc("fp8 weight cache", "parameters", fp8_cache)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from trainmem.memory.activations import (embedding_saved, gpt_oss_recompute_frame_bytes, head_saved,
                                          lora_forward_frame_bytes, lora_head_frame_bytes, lora_recompute_frame_bytes,
                                          recomputed_checkpoint_input_bytes)
+from trainmem.memory.act_offload import offloaded_host_bytes, stash_bytes, stash_window_layers
 from trainmem.memory.engines import Engine
 from trainmem.memory.lora_head import (head_adapter_backward_bytes, head_adapter_forward_bytes,
                                        head_adapter_keeps_input, head_adapter_saved_bytes)
@@ -34,6 +35,8 @@ class StepWalk:
         # v chunks adds (p - 1)/(p·v) on the first stage (Megatron's memory report).
         self.in_flight = min(s.pp - stage, s.grad_accum) if s.pp > 1 else 1
         self.vpp_factor = (s.pp - 1) / (s.pp * s.vpp) if (s.vpp > 1 and stage == 0) else 0.0
+        self.offload = s.offload_activations  # (saved tensors to pinned host memory: memory/act_offload.py)
+        self.offload_host = 0
         engine.bind(tl, plan)
 
     # -- the step ----------------------------------------------------------------------------------
@@ -100,10 +103,12 @@ class StepWalk:
             tl.alloc(f"stageout{mb}", "activations", p.gstream)
         if self.last:
             self.loss_forward(mb)
+        if self.offload and mb == 0:
+            self.eng.st.host += self.offload_host
         # Checkpointed layers save no weights: their 16-bit copies were held only by autocast's
-        # cast cache, which is cleared when the autocast region (forward + loss) ends.
+        # cast cache, which is cleared when the autocast region (forward + loss) ends (offloaded: on the host).
         for j, idx in enumerate(p.layer_ids):
-            if self.rc[j] == "full":
+            if self.rc[j] == "full" or self.offload:
                 for suffix in ("", ".d", ".m"):
                     tl.free(f"wcopy{mb}.{idx}{suffix}")
         for j0 in p.bulk_of:
@@ -118,23 +123,49 @@ class StepWalk:
         rc = self.rc[j]
         full = rc == "full"
         tl.spike(f"fwdtmp{mb}.{idx}", "activations", (max(p.fwd_tmp, lora_tmp) + p.saved[j]) if full else p.fwd_tmp)
-        if not full:
-            prod, mlp_rest, early, attn = p.kept_parts(j, rc)
-            nrm = min(attn, p.norm_part) if rc == "none" else 0
-            tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
-            tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
-            tl.alloc(f"act{mb}.{idx}.e", "activations", early)
-            tl.alloc(f"act{mb}.{idx}", "activations", attn - nrm)
-            tl.alloc(f"act{mb}.{idx}.n", "activations", nrm)
+        if self.offload:
+            self._offload_forward(mb, j)
         else:
-            tl.alloc(f"act{mb}.{idx}", "activations", p.saved_eff[j])
-        c_down, c_mlp, c_attn = p.copy_pieces(j)
-        tl.alloc(f"wcopy{mb}.{idx}.d", "activations", c_down)
-        tl.alloc(f"wcopy{mb}.{idx}.m", "activations", c_mlp)
-        tl.alloc(f"wcopy{mb}.{idx}", "activations", c_attn)
+            self._keep(mb, j)
+        self._weight_copies(mb, j)
         if lora_tmp and not full:
             tl.spike(f"lorafwd{mb}.{idx}", "activations", lora_tmp)
         self.eng.layer_forward_end(j)
+
+    def _keep(self, mb: int, j: int) -> None:
+        """Layer j's saved tensors, kept from its forward to its backward (checkpointed: its input)."""
+        tl, p, idx, rc = self.tl, self.plan, self.plan.layer_ids[j], self.rc[j]
+        if rc == "full":
+            tl.alloc(f"act{mb}.{idx}", "activations", p.saved_eff[j])
+            return
+        prod, mlp_rest, early, attn = p.kept_parts(j, rc)
+        nrm = min(attn, p.norm_part) if rc == "none" else 0
+        tl.alloc(f"act{mb}.{idx}.p", "activations", prod)
+        tl.alloc(f"act{mb}.{idx}.m", "activations", mlp_rest)
+        tl.alloc(f"act{mb}.{idx}.e", "activations", early)
+        tl.alloc(f"act{mb}.{idx}", "activations", attn - nrm)
+        tl.alloc(f"act{mb}.{idx}.n", "activations", nrm)
+
+    def _weight_copies(self, mb: int, j: int) -> None:
+        """Layer j's autocast 16-bit weight copies (the matmuls save them; the cast cache holds them)."""
+        c_down, c_mlp, c_attn = self.plan.copy_pieces(j)
+        idx = self.plan.layer_ids[j]
+        self.tl.alloc(f"wcopy{mb}.{idx}.d", "activations", c_down)
+        self.tl.alloc(f"wcopy{mb}.{idx}.m", "activations", c_mlp)
+        self.tl.alloc(f"wcopy{mb}.{idx}", "activations", c_attn)
+
+    def _offload_forward(self, mb: int, j: int) -> None:
+        """``--offload-activations``: layer j's saved tensors go to pinned host memory; its last ones stay on the
+        GPU in the forward stash while their copies are in flight, the layers before the stash's window are
+        freed (memory/act_offload.py)."""
+        p, s, idx, rc = self.plan, self.s, self.plan.layer_ids[j], self.rc[j]
+        kept = p.saved_eff[j] if rc == "full" else sum(p.kept_parts(j, rc))
+        if mb == 0:
+            self.offload_host += offloaded_host_bytes(rc, kept, p.copies[j])
+        window = stash_window_layers(s, rc)
+        if j >= window:
+            self.tl.free(f"stash{mb}.{p.layer_ids[j - window]}")
+        self.tl.alloc(f"stash{mb}.{idx}", "activations", stash_bytes(self.spec, s, idx, rc, kept))
 
     def bulk_forward(self, mb: int, js: list[int]) -> None:
         """Forward of a block of identical layers: what they leave behind, in one allocation."""
@@ -148,6 +179,7 @@ class StepWalk:
     def loss_forward(self, mb: int) -> None:
         tl, p, s, loss = self.tl, self.plan, self.s, self.loss
         tl.mark(f"loss mb{mb}")
+        tl.free_prefix(f"stash{mb}.")  # (offloaded layers: the final norm's packs push them out of the stash)
         fused = s.loss == "fused-linear"
         tl.alloc(f"head{mb}", "activations", head_saved(self.spec, s, lm_input=not fused)
                  + head_adapter_saved_bytes(self.spec, s))  # (LoRA on lm_head: memory/lora_head.py)
@@ -263,6 +295,9 @@ class StepWalk:
         tl, p, eng, rc = self.tl, self.plan, self.eng, self.rc
         idx, T = p.layer_ids[j], p.tokens
         eng.layer_backward_start(j)
+        if self.offload and rc[j] != "full":  # (its saved tensors and weight copies back from the host)
+            self._keep(mb, j)
+            self._weight_copies(mb, j)
         if rc[j] != "none" and j == len(p.layer_ids) - 1:
             self.recompute_layer(mb, j)
         n_down, n_mlp_rest, n_o, n_attn_rest = p.grad_pieces(j)
@@ -306,6 +341,8 @@ class StepWalk:
         tl, p, s = self.tl, self.plan, self.s
         idx = p.layer_ids[j]
         full = self.rc[j] == "full"
+        if full and self.offload:  # the checkpointed input, back from the host
+            self._keep(mb, j)
         if full:
             prod, mlp_rest, early, attn = p.parts[j]
         else:
