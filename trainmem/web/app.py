@@ -142,6 +142,7 @@ def _meta() -> dict:
     from typing import get_args
 
     from trainmem import setup as s
+    from trainmem.frameworks import STACK_NAMES
     from trainmem.hardware import list_gpus
     from trainmem.model.catalog import list_models, load_catalog_spec
     from trainmem.web.commands import command_defaults, doctor_available
@@ -152,7 +153,7 @@ def _meta() -> dict:
         models.append({"name": m.name, "model_type": spec.model_type, "n_params": spec.n_params})
     choices = {"engine": get_args(s.Engine), "precision": get_args(s.Precision), "optimizer": get_args(s.Optimizer),
                "recompute": get_args(s.Recompute), "attn": get_args(s.Attn), "offload": get_args(s.Offload),
-               "loop": get_args(s.Loop), "loss": get_args(s.Loss)}
+               "loop": get_args(s.Loop), "loss": get_args(s.Loss), "stack": STACK_NAMES}
     gpus = [{"name": g.name, "memory_bytes": g.memory_bytes} for g in list_gpus()]
     return {"models": models, "gpus": gpus, "choices": choices, "recipes": s.RECIPES,
             "doctor": doctor_available(), "max_body_bytes": MAX_BODY_BYTES, "defaults": command_defaults()}

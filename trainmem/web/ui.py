@@ -39,6 +39,7 @@ FIELD_HELP: dict[str, str] = {
     "cp": "context parallel", "ep": "expert parallel", "vpp": "virtual pipeline chunks", "zero": "ZeRO stage",
     "offload": "offload", "lora_rank": "LoRA rank (0 = full fine-tuning)", "lora_targets": "LoRA target modules",
     "qlora": "QLoRA (NF4 base weights)", "sp": "sequence parallel", "loss_chunks": "loss chunks",
+    "stack": "framework defaults",
 }
 
 _CATEGORY_KEYS = ("parameters", "master_weights", "gradients", "optimizer_states", "activations", "temporaries",

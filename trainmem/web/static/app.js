@@ -22,6 +22,7 @@ var FIELDS = [
   {id: "precision", kind: "select", tabs: ALL, group: "setup", choices: "precision"},
   {id: "plan_precision", key: "precision", kind: "select", tabs: ["plan"], group: "setup",
    fixed: ["bf16", "fp16", "fp32", "fp8"], label: "precision", noDefault: true},
+  {id: "stack", kind: "select", tabs: ALL, group: "setup", choices: "stack"},
   {id: "engine", kind: "select", tabs: ALL, group: "setup", choices: "engine"},
   {id: "optimizer", kind: "select", tabs: ALL.concat(["plan"]), group: "setup", choices: "optimizer"},
   {id: "recompute", kind: "select", tabs: ALL, group: "setup", choices: "recompute"},
