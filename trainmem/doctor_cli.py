@@ -2,7 +2,7 @@
 
 ``trainmem doctor [--error FILE|-] [--log FILE] [--snapshot FILE] [--nvidia-smi FILE] [--config FILE]
 [MODEL and estimate flags] [--lang zh] [--json]`` prints ``{"findings": [{"cause", "evidence",
-"expected_bytes", "observed_bytes", "fixes": [{"action", "saves_bytes", "slowdown_pct"}], "likelihood"}]}``, most
+"expected_bytes", "observed_bytes", "fixes": [{"action", "saves_bytes", "slowdown_pct", "fits"}], "likelihood"}]}``, most
 likely first (``undetermined`` first when no cause reaches the threshold).
 """
 

@@ -78,11 +78,14 @@ def test_json_contract(capsys) -> None:
         assert isinstance(f["evidence"], str) and f["evidence"]
         assert all(v is None or isinstance(v, int) for v in (f["expected_bytes"], f["observed_bytes"]))
         for x in f["fixes"]:
-            assert list(x) == ["action", "saves_bytes", "slowdown_pct"]
+            assert list(x) == ["action", "saves_bytes", "slowdown_pct", "fits"]
             assert isinstance(x["saves_bytes"], int) and isinstance(x["slowdown_pct"], float)
+            assert isinstance(x["fits"], bool)
     assert [f["cause"] for f in d["findings"]][:2] == ["fragmentation", "activation_overflow"]
     act = d["findings"][1]
-    assert [x["saves_bytes"] for x in act["fixes"]] == sorted((x["saves_bytes"] for x in act["fixes"]), reverse=True)
+    fits = [x["fits"] for x in act["fixes"] if " (--" in x["action"]
+            and not x["action"].startswith(("shorter", "quantized base", "a bigger GPU"))]
+    assert fits == sorted(fits, reverse=True)  # compare's order: the options that fit first
 
 
 def test_stdin_error(monkeypatch, capsys) -> None:

@@ -44,12 +44,17 @@ def test_static_overflow_predicted_with_sharding_fixes_from_compare() -> None:
     f = next(x for x in diagnose(Evidence(), exp) if x.cause == "static_overflow")
     rows = {o["technique"]: o for o in exp.compare()["options"]}
     assert f.fixes and f.expected_bytes == exp.estimate.static_bytes
-    for fix in f.fixes:
+    from_compare = [x for x in f.fixes if x.action.split(" (--")[0] in rows]
+    assert from_compare and f.fixes[:len(from_compare)] == tuple(from_compare)  # compare's rows, then the others
+    for fix in from_compare:
         tech = fix.action.split(" (--")[0]
         assert fix.saves_bytes == rows[tech]["saves_bytes"] and fix.slowdown_pct == rows[tech]["slowdown_pct"]
+        assert fix.fits == rows[tech]["fits"]
         assert rows[tech]["setup"]["engine"] != "torch" or rows[tech]["setup"]["zero"] != 0
-    fits = [rows[x.action.split(" (--")[0]]["fits"] for x in f.fixes]
-    assert fits == sorted(fits, reverse=True)  # the options that fit first
+    order = [o["technique"] for o in exp.compare()["options"]]
+    assert [order.index(x.action.split(" (--")[0]) for x in from_compare] == sorted(
+        order.index(x.action.split(" (--")[0]) for x in from_compare)  # compare's order: those that fit first
+    assert all(x.action.startswith(("quantized base", "a bigger GPU")) for x in f.fixes[len(from_compare):])
 
 
 def test_static_overflow_at_load_without_estimate() -> None:
@@ -66,7 +71,10 @@ def test_activation_overflow_fixes_are_compare_rows() -> None:
     saves = [x.saves_bytes for x in f.fixes]
     assert saves and all(s > 0 for s in saves)
     rows = {o["technique"]: o["saves_bytes"] for o in exp.compare()["options"]}
-    assert all(rows[x.action.split(" (--")[0]] == x.saves_bytes for x in f.fixes)
+    from_compare = [x for x in f.fixes if x.action.split(" (--")[0] in rows]
+    assert from_compare and all(rows[x.action.split(" (--")[0]] == x.saves_bytes for x in from_compare)
+    assert all(x.action.startswith(("shorter or truncated sequences", "quantized base", "a bigger GPU"))
+               for x in f.fixes[len(from_compare):])
 
 
 def test_fragmentation_fix_saves_observed_minus_expected() -> None:

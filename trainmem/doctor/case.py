@@ -89,9 +89,15 @@ class Fix:
     action: str
     saves_bytes: int
     slowdown_pct: float
+    fits: bool = False
+    """The run is expected to fit once the fix is applied: ``compare``'s verdict for a setup change (device total
+    plus the margin within the GPU), the estimate's for the run as described when the fix removes memory the
+    estimate does not count (a leak, a stale copy, another process), else whether the freed bytes cover the
+    OOM's request."""
 
     def to_dict(self) -> dict:
-        return {"action": self.action, "saves_bytes": int(self.saves_bytes), "slowdown_pct": float(self.slowdown_pct)}
+        return {"action": self.action, "saves_bytes": int(self.saves_bytes), "slowdown_pct": float(self.slowdown_pct),
+                "fits": bool(self.fits)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["Frame", "Where", "PHASES", "parse_frames", "where", "oom_frames", "frame_phase", "is_eval_func",
-           "text_phase", "pinned_copy"]
+           "text_phase", "pinned_copy", "checkpoint_io"]
 
 PHASES = ("model_load", "forward", "loss", "backward", "optimizer_step", "dataloader", "unknown")
 
@@ -82,6 +82,12 @@ class Where:
     """The code line of a copy into pinned host memory before the error (:func:`pinned_copy`), or ""."""
     wsl: bool = False
     """The text shows a WSL2 machine (its kernel name or its ``/usr/lib/wsl`` driver path)."""
+    checkpoint: str = ""
+    """``save`` or ``resume`` when the error was raised while saving or resuming a checkpoint
+    (:func:`checkpoint_io`), else ""."""
+    checkpoint_at: str = ""
+    """The frame (``file.py:line func``) or the line that shows the checkpoint save or resume."""
+    checkpoint_from_text: bool = False
 
 
 def _code_after(lines: list[str], i: int) -> str:
@@ -270,6 +276,45 @@ def pinned_copy(text: str) -> str:
     return ""
 
 
+_SAVE_FUNCS = {"save_pretrained", "save_pretrained_merged", "save_model", "_save_checkpoint", "_save", "save_checkpoint",
+               "_save_model", "save_state", "merge_and_unload", "get_peft_model_state_dict", "full_optim_state_dict",
+               "unsloth_save_model", "_save_to_state_dict"}
+_RESUME_FUNCS = {"_load_optimizer_and_scheduler", "_load_from_checkpoint", "_load_rng_state", "deepspeed_load_checkpoint",
+                 "load_state", "_load_checkpoint"}
+_SAVE_TEXT = re.compile(r"\.save_pretrained(?:_merged)?\(|\bsave_model\(|\btorch\.save\(|\bmerge_and_unload\(|"
+                        r"保存模型|模型保存")
+"""(``trainer.train(resume_from_checkpoint=...)`` is on every Trainer traceback and a "Saving model checkpoint" log
+line can precede an OOM in a later step: neither is a cue.)"""
+_RESUME_TEXT = re.compile(r"\boptimizer\.load_state_dict\(|_load_optimizer_and_scheduler|\bload_state\(|"
+                          r"torch\.load\([^)]*map_location\s*=\s*(?![\"']cpu)")
+
+
+def checkpoint_io(frames: list[Frame], text: str = "") -> tuple[str, str, bool]:
+    """(``save`` | ``resume`` | "", where, read from text) — the error raised while a checkpoint was saved (HF
+    ``save_pretrained`` / ``Trainer._save_checkpoint``, ``torch.save``, PEFT ``merge_and_unload``, Unsloth's merged
+    save, FSDP's full optimizer state dict) or resumed (``Trainer._load_optimizer_and_scheduler``, DeepSpeed's and
+    Accelerate's ``load_state``/``load_checkpoint``, a ``torch.load`` whose ``map_location`` is a GPU): frames first,
+    innermost first; else the call among the 60 lines before the error (or a report saying so: 保存模型)."""
+    for f in reversed(frames):
+        fn = _func(f)
+        if fn in _SAVE_FUNCS and ("torch/nn/modules/module.py" not in f.path or fn == "_save_to_state_dict"):
+            return "save", f.short, False
+        if (fn in _RESUME_FUNCS and (fn != "load_state" or "accelerate/" in f.path)) or (
+                fn == "load_checkpoint" and "deepspeed/runtime/" in f.path):
+            return "resume", f.short, False
+    if not text:
+        return "", "", False
+    m = _OOM_LINE.search(text)
+    head = (text[:m.start()] if m else text).splitlines()[-60:]
+    for ln in reversed(head):
+        code = re.sub(_PREFIX, "", ln).strip()
+        for kind, rx in (("save", _SAVE_TEXT), ("resume", _RESUME_TEXT)):
+            hit = rx.search(code)
+            if hit:
+                return kind, code[max(0, hit.start() - 20):hit.end() + 40].strip()[:80], True
+    return "", "", False
+
+
 def text_phase(text: str) -> tuple[str, str] | None:
     """(phase, the line that shows it) from the 60 lines before the out-of-memory line, when no frame decides:
     an Adam update's source line (``exp_avg_sq.mul_(beta2).addcmul_(...)``) or ``optimizer.step(`` → optimizer
@@ -318,7 +363,9 @@ def where(frames: list[Frame], text: str = "") -> Where:
         hit = text_phase(text)
         if hit is not None:
             (phase, location), from_text = hit, True
+    ckpt, ckpt_at, ckpt_text = checkpoint_io(frames, text)
     return Where(phase=phase, module=module, location=location, in_eval=in_eval,
                  no_grad=any(_no_grad_frame(f) for f in frames), rank=_rank(text), frames=len(frames),
                  world_seen=_world_seen(text), from_text=from_text, pinned=pinned_copy(text) if text else "",
-                 wsl=bool(_WSL.search(text)) if text else False)
+                 wsl=bool(_WSL.search(text)) if text else False, checkpoint=ckpt, checkpoint_at=ckpt_at,
+                 checkpoint_from_text=ckpt_text)

@@ -1,7 +1,7 @@
 """The doctor's report: the ``--json`` object (the contract) and the plain-text report, in English or Chinese.
 
 JSON: ``{"findings": [{"cause", "evidence", "expected_bytes", "observed_bytes", "fixes": [{"action",
-"saves_bytes", "slowdown_pct"}], "likelihood"}]}``, most likely first (``undetermined`` first when no cause
+"saves_bytes", "slowdown_pct", "fits"}], "likelihood"}]}``, most likely first (``undetermined`` first when no cause
 reaches the threshold, :data:`trainmem.doctor.rules.THRESHOLD`); with ``--lang zh`` the evidence and the actions are in
 Chinese (the cause IDs never change).
 """
@@ -49,8 +49,12 @@ def _finding_lines(i: int, f: Finding, lang: str) -> list[str]:
     if f.fixes:
         out.append("   " + t("fixes (memory saved for this run, step-time change):"))
         for x in f.fixes:
+            if x.saves_bytes == 0 and x.fits:  # capacity, not savings (a bigger GPU)
+                out.append("     * " + t(f"{t(x.action)}: step time {x.slowdown_pct:+.1f} %"))
+                continue
             mem = f"saves {fmt_bytes(x.saves_bytes)}" if x.saves_bytes >= 0 else f"uses {fmt_bytes(-x.saves_bytes)} more"
-            out.append("     * " + t(f"{t(x.action)}: {mem}, step time {x.slowdown_pct:+.1f} %"))
+            fit = ", fits" if x.fits else ""
+            out.append("     * " + t(f"{t(x.action)}: {mem}, step time {x.slowdown_pct:+.1f} %{fit}"))
     return out
 
 

@@ -38,7 +38,8 @@ from collections.abc import Callable
 from statistics import median
 
 from trainmem.doctor.case import Evidence, Expected, Finding, Fix, baseline, capacity_bytes, observed_peak
-from trainmem.doctor.fixes import EXPANDABLE, memory_fixes, speed_fixes
+from trainmem.doctor.fixes import EXPANDABLE, RESUME_ACTION, SAVE_ACTION, extra_fixes, fits_after, memory_fixes, \
+    speed_fixes
 from trainmem.doctor.leak import leak_test
 from trainmem.memory.overhead import CUDA_CONTEXT_BYTES
 from trainmem.units import GiB, MiB, fmt_bytes
@@ -48,6 +49,13 @@ __all__ = ["RULES", "diagnose", "THRESHOLD", "LEAK_ACTION", "DUPLICATE_ACTION", 
 
 THRESHOLD = 0.6
 """The likelihood a cause must reach to be named first; below it the doctor says ``undetermined``."""
+NEAR_CAPACITY = 0.10
+"""An estimate whose device total is within this share of the GPU predicts the overflow: the estimator's error on
+published GPU measurements is a median 11.5 % and it under-predicts more often than not (signed median −9.8 %, 35
+of 72 points more than 10 % low: docs/published.md, dev split, as of c1c2a05)."""
+EXCESS = 0.25
+"""An OOM message's allocated bytes this far above the estimate's peak show a step holding more than its flags
+describe (longer sequences or a larger micro-batch than stated: the model states do not change with the data)."""
 CONTEXT_MAX_BYTES = 2 * GiB
 """The most a process holding only a CUDA context (and NCCL's buffers) uses: 0.3–1 GiB per context in
 pytorch/pytorch#49481 and #64130; a process above it is doing work of its own."""
@@ -111,24 +119,54 @@ def _est_sentence(exp: Expected, cap: int | None) -> str:
             f"{g(e.breakdown_at_peak_bytes.get('activations', 0))} at the peak{on}")
 
 
-def _fixes(exp: Expected | None, static_only: bool = False) -> tuple[Fix, ...]:
-    return tuple(memory_fixes(exp, static_only=static_only)) if exp is not None else ()
+def _ev_fix(action: str, freed_bytes: int, ev: Evidence, exp: Expected | None) -> Fix:
+    """A fix that is not a setup change: it frees ``freed_bytes`` the estimate does not count, no step-time change."""
+    return Fix(action, freed_bytes, 0.0, fits_after(ev, exp, freed_bytes))
+
+
+def _over(exp: Expected | None, cap: int | None) -> bool:
+    """The estimate's device total is above the GPU less :data:`NEAR_CAPACITY`: the estimate predicts the OOM."""
+    return exp is not None and cap is not None and exp.estimate.device_total_bytes > (1 - NEAR_CAPACITY) * cap
+
+
+def _near_sentence(exp: Expected, cap: int) -> str | None:
+    e = exp.estimate
+    if e.device_total_bytes > cap or not _over(exp, cap):
+        return None
+    return (f"the estimate ({g(e.device_total_bytes)} with CUDA context and NCCL) is within {NEAR_CAPACITY:.0%} of the "
+            f"{g(cap)} GPU: inside the estimator's error on published measurements (more often low than high, "
+            "docs/published.md), an overflow is expected")
+
+
+def _fixes(exp: Expected | None, static_only: bool = False, cap: int | None = None,
+           longer_than_stated: bool = False) -> tuple[Fix, ...]:
+    """``compare``'s options for the run, then the relevant fixes it has no row for (:func:`extra_fixes`)."""
+    if exp is None:
+        return ()
+    extra = extra_fixes(exp, _over(exp, cap), longer_than_stated)
+    if static_only:
+        extra = [f for f in extra if not f.action.startswith("shorter")]
+    return (*memory_fixes(exp, static_only=static_only), *extra)
 
 
 def static_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     """Parameters + gradients + optimizer states do not fit (article: OOM right at load → ZeRO-2/3, offload)."""
     w, cap, e = ev.where, capacity_bytes(ev, exp), (exp.estimate if exp else None)
-    at_load = w is not None and w.phase == "model_load"
+    at_load = w is not None and w.phase == "model_load" and w.checkpoint != "resume"
     at_opt = w is not None and w.phase == "optimizer_step"
     too_big = e is not None and cap is not None and e.static_bytes > _usable(cap, exp)
-    opt_peak = e is not None and cap is not None and e.peak_phase == "optimizer step" and e.peak_allocated_bytes > cap
-    no_phase_opt = opt_peak and ev.oom is not None and (w is None or w.phase == "unknown")
-    if not (at_load or too_big or (at_opt and (e is None or opt_peak)) or no_phase_opt):
+    opt_peak = e is not None and e.peak_phase == "optimizer step" and _over(exp, cap)
+    no_phase_opt = opt_peak and ev.oom is not None and (w is None or (w.phase == "unknown" and not w.checkpoint))
+    if not (at_load or too_big or at_opt or no_phase_opt):
         return None
     sentences = [s for s in (_where_sentence(ev), *_oom_sentences(ev)) if s]
     if no_phase_opt and not too_big:
-        sentences.append(f"the estimate peaks in the optimizer step at {g(e.peak_allocated_bytes)}, over the "
-                         f"{g(cap)} GPU: the model states and the update's temporaries overflow, not the activations")
+        sentences.append(f"the estimate peaks in the optimizer step at {g(e.peak_allocated_bytes)} "
+                         f"({g(e.device_total_bytes)} with CUDA context and NCCL) on the {g(cap)} GPU: the model states "
+                         "and the update's temporaries overflow, not the activations")
+    if at_opt and e is not None and not (opt_peak or too_big):
+        sentences.append("raised in the optimizer step while the estimate fits: the optimizer's states and the "
+                         "update's temporaries take more than estimated (check --optimizer, --precision, --zero)")
     if e is not None:
         sentences.append(f"estimate: model states (parameters, gradients, optimizer states) {g(e.static_bytes)} "
                          f"between steps against {g(_usable(cap, exp))} usable" if cap else
@@ -142,7 +180,7 @@ def static_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
         0.85 if (at_opt and opt_peak) else 0.7
     if w is not None and w.from_text and like > 0.75:
         like = 0.75  # the phase read from a code line, not from a frame
-    fixes = _fixes(exp, static_only=True)
+    fixes = _fixes(exp, static_only=True, cap=cap)
     if exp is not None and not fixes:
         sentences.append(f"no sharding or offload option applies to the {exp.setup.engine} engine on "
                          f"{exp.setup.gpus} GPU (trainmem compare)")
@@ -161,9 +199,11 @@ def activation_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     dyn = w is not None and w.phase in ("forward", "loss", "backward")
     shape_bug = o is not None and o.tried_bytes is not None and o.tried_bytes > (cap or _max_gpu_bytes())
     ran = ev.log is not None and not ev.log.ooms and o is None  # a log of steps that ran, no OOM: not predicted
-    pred = e is not None and cap is not None and e.static_bytes <= _usable(cap, exp) < e.peak_reserved_bytes \
+    pred = e is not None and cap is not None and e.static_bytes <= _usable(cap, exp) and _over(exp, cap) \
         and e.peak_phase != "optimizer step" and not ran  # an optimizer-step peak is static_overflow's
-    unexplained = o is not None and (w is None or (w.phase == "unknown" and not w.pinned))
+    unexplained = o is not None and (w is None or (w.phase == "unknown" and not w.pinned and not w.checkpoint))
+    excess = unexplained and e is not None and o.allocated_bytes is not None \
+        and o.allocated_bytes > (1 + EXCESS) * e.peak_allocated_bytes and e.static_bytes < o.allocated_bytes
     if not (dyn or shape_bug or pred or unexplained):
         return None
     sentences = [s for s in (_where_sentence(ev), *_oom_sentences(ev)) if s]
@@ -175,16 +215,24 @@ def activation_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     static_big = e is not None and cap is not None and e.static_bytes > _usable(cap, exp)
     if e is not None:
         sentences.append(_est_sentence(exp, cap))
-        if cap is not None and e.device_total_bytes <= cap and (dyn or unexplained):
+        near = _near_sentence(exp, cap) if cap is not None and pred else None
+        if near:
+            sentences.append(near)
+        elif excess:
+            sentences.append(f"PyTorch held {g(o.allocated_bytes)} allocated, {g(o.allocated_bytes - e.peak_allocated_bytes)}"
+                             f" over the estimate's peak of {g(e.peak_allocated_bytes)}: the step holds more dynamic "
+                             "memory than its flags describe (sequences longer than --seq-len, a larger micro-batch); "
+                             "the model states do not change with the data")
+        elif cap is not None and e.device_total_bytes <= cap and (dyn or unexplained):
             sentences.append(f"the estimate fits ({g(e.device_total_bytes)} with CUDA context and NCCL): the run "
                              "uses more than its flags describe (check --micro-batch, --seq-len, --recompute)")
     if unexplained and not dyn:
         sentences += _unexplained_sentences(o, cap)
     full = o is not None and o.allocated_bytes is not None and cap is not None and o.allocated_bytes >= 0.8 * cap
-    like = 0.9 if (dyn and pred) else 0.7 if (dyn and e is None) else 0.7 if pred else \
+    like = 0.9 if (dyn and pred) else 0.7 if (dyn and e is None) else 0.7 if pred else 0.6 if excess else \
         0.5 if static_big else 0.5 if (dyn or full) else 0.4
     return Finding("activation_overflow", tuple(sentences), e.peak_allocated_bytes if e else None,
-                   _needed(ev) or observed_peak(ev), _fixes(exp), like)
+                   _needed(ev) or observed_peak(ev), _fixes(exp, cap=cap, longer_than_stated=excess), like)
 
 
 def _unexplained_sentences(o, cap: int | None) -> list[str]:  # noqa: ANN001
@@ -226,7 +274,7 @@ def leak(ev: Evidence, exp: Expected | None) -> Finding | None:
     if ended:
         sentences.append("the run ended in an OOM")
     return Finding("leak", tuple(sentences), t.start_bytes, t.end_bytes,
-                   (Fix(LEAK_ACTION, max(0, t.growth_bytes), 0.0),), 0.95 if ended else 0.9)
+                   (_ev_fix(LEAK_ACTION, max(0, t.growth_bytes), ev, exp),), 0.95 if ended else 0.9)
 
 
 def _frag_from_oom(ev: Evidence, cap: int | None) -> tuple[float, int, str] | None:
@@ -297,7 +345,7 @@ def fragmentation(ev: Evidence, exp: Expected | None) -> Finding | None:
     if expected is not None:
         sentences.append(f"the estimate expects {g(expected)} of allocator slack at the peak")
     already = ev.snapshot is not None and ev.snapshot.expandable
-    fixes = () if already else (Fix(EXPANDABLE, max(0, observed - (expected or 0)), 0.0),)
+    fixes = () if already else (_ev_fix(EXPANDABLE, max(0, observed - (expected or 0)), ev, exp),)
     if already:
         sentences.append("expandable segments are already on")
     return Finding("fragmentation", tuple(sentences), expected, observed, fixes, like)
@@ -326,8 +374,44 @@ def duplicate_fp32_copy(ev: Evidence, exp: Expected | None) -> Finding | None:
             sentences = (f"between steps {g(base)} allocated against {g(exp.estimate.static_bytes)} estimated: "
                          f"{g(excess)} more, {ratio * k:.2f} B × {p:,} parameters ({what})",)
             return Finding("duplicate_fp32_copy", sentences, exp.estimate.static_bytes, base,
-                           (Fix(DUPLICATE_ACTION, excess, 0.0),), 0.85 - abs(ratio - 1.0))
+                           (_ev_fix(DUPLICATE_ACTION, excess, ev, exp),), 0.85 - abs(ratio - 1.0))
     return None
+
+
+def _copy_bytes(kind: str, exp: Expected | None) -> int:
+    """The stale copy's size by the estimate: a checkpoint's optimizer states (and master weights) at resume, a
+    copy of the weights at save; 0 without an estimate."""
+    if exp is None:
+        return 0
+    c = exp.estimate.category_peak_bytes
+    if kind == "resume":
+        return c.get("optimizer_states", 0) + c.get("master_weights", 0)
+    return c.get("parameters", 0)
+
+
+def stale_checkpoint_copy(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """An OOM raised while a checkpoint is saved or resumed (:func:`trainmem.doctor.frames.checkpoint_io`): a second
+    copy next to the live tensors — a checkpoint deserialised onto the GPU (``torch.load`` to its saved device: HF
+    Trainer's ``optimizer.pt`` before transformers 4.27, transformers #22123), a state dict gathered on the GPU, a
+    ``deepcopy`` + ``merge_and_unload`` at save, bitsandbytes' 8-bit layout copy in ``_save_to_state_dict``."""
+    w = ev.where
+    if ev.oom is None or w is None or not w.checkpoint:
+        return None
+    copy = _copy_bytes(w.checkpoint, exp)
+    if w.checkpoint == "resume":
+        sentence = (f"raised while resuming from a checkpoint ({w.checkpoint_at}): the checkpoint's tensors are loaded "
+                    "onto the GPU next to the live ones")
+        what, action = "the optimizer states and master weights", RESUME_ACTION
+    else:
+        sentence = (f"raised while saving a checkpoint ({w.checkpoint_at}): the copy made for saving (a state dict "
+                    "gathered on the GPU, a deepcopy or merged model) sits next to the live weights")
+        what, action = "a copy of the weights", SAVE_ACTION
+    sentences = [sentence, *_oom_sentences(ev)]
+    if copy:
+        sentences.append(f"estimate: {what} take {g(copy)}; training itself fits in {g(exp.estimate.device_total_bytes)}"
+                         if exp.estimate.fits else f"estimate: {what} take {g(copy)}")
+    return Finding("duplicate_fp32_copy", tuple(sentences), copy or None, _needed(ev),
+                   (_ev_fix(action, copy, ev, exp),), 0.8 if w.checkpoint_from_text else 0.85)
 
 
 def _eval_from_log(ev: Evidence, exp: Expected | None) -> tuple[float, int, int, str] | None:
@@ -364,7 +448,7 @@ def eval_without_no_grad(ev: Evidence, exp: Expected | None) -> Finding | None:
         return None
     like, observed, expected, sentence = hit
     return Finding("eval_without_no_grad", (sentence,), expected or None, observed or None,
-                   (Fix(EVAL_ACTION, max(0, observed - expected), 0.0),), like)
+                   (_ev_fix(EVAL_ACTION, max(0, observed - expected), ev, exp),), like)
 
 
 def dataloader_memory(ev: Evidence, exp: Expected | None) -> Finding | None:
@@ -374,11 +458,11 @@ def dataloader_memory(ev: Evidence, exp: Expected | None) -> Finding | None:
         sentences = (f"raised in the DataLoader ({w.location}): batches are put on the GPU in a loader thread or "
                      "worker",)
         return Finding("dataloader_memory", sentences, None, _needed(ev),
-                       (Fix(DATALOADER_ACTION, (ev.oom.tried_bytes if ev.oom else None) or 0, 0.0),), 0.85)
+                       (_ev_fix(DATALOADER_ACTION, (ev.oom.tried_bytes if ev.oom else None) or 0, ev, exp),), 0.85)
     if s is not None and s.by_category.get("dataloader", 0) >= 256 * MiB:
         b = s.by_category["dataloader"]
         return Finding("dataloader_memory", (f"snapshot: {g(b)} allocated from torch.utils.data frames",), None, b,
-                       (Fix(DATALOADER_ACTION, b, 0.0),), 0.6)
+                       (_ev_fix(DATALOADER_ACTION, b, ev, exp),), 0.6)
     return None
 
 
@@ -547,7 +631,7 @@ def rank_imbalance(ev: Evidence, exp: Expected | None) -> Finding | None:
                     f"rank made a CUDA context on GPU {gi}" if foreign else
                     f"GPU {gi} holds {len(procs)} more processes of the same program ({each} each, {g(total)} in "
                     "all): CUDA contexts of the other ranks (or of DataLoader workers)")
-        return Finding("rank_imbalance", (sentence,), 0, total, (Fix(SET_DEVICE_ACTION, total, 0.0),),
+        return Finding("rank_imbalance", (sentence,), 0, total, (_ev_fix(SET_DEVICE_ACTION, total, ev, exp),),
                        0.9 if foreign else 0.8)
     sibs = _oom_siblings(ev, exp)
     if sibs and sum(b for _, b in sibs) >= 128 * MiB:
@@ -558,7 +642,7 @@ def rank_imbalance(ev: Evidence, exp: Expected | None) -> Finding | None:
                      f"({g(total)} in all): CUDA contexts they made on it, not another program"]
         if room:
             sentences.append(f"without them the {g(o.tried_bytes)} requested would have fit")
-        return Finding("rank_imbalance", tuple(sentences), 0, total, (Fix(SET_DEVICE_ACTION, total, 0.0),),
+        return Finding("rank_imbalance", tuple(sentences), 0, total, (_ev_fix(SET_DEVICE_ACTION, total, ev, exp),),
                        0.85 if room else 0.55)
     hit = _imbalance_from_log(ev) or _imbalance_from_smi(ev)
     if hit is None:
@@ -573,7 +657,7 @@ def rank_imbalance(ev: Evidence, exp: Expected | None) -> Finding | None:
         like = 0.5
     action = (f"even out {who}: check its data (sampler, sequence lengths, per-rank caches) and its parallel "
               "layout")
-    return Finding("rank_imbalance", tuple(sentences), others, top, (Fix(action, top - others, 0.0),), like)
+    return Finding("rank_imbalance", tuple(sentences), others, top, (_ev_fix(action, top - others, ev, exp),), like)
 
 
 def _self_pid(o) -> int | None:  # noqa: ANN001
@@ -647,7 +731,7 @@ def other_process(ev: Evidence, exp: Expected | None) -> Finding | None:
             like = min(0.95, like + 0.05)
         procs = procs + [x for x in smi if x[0] not in {p[0] for p in procs}]
     job = _job_name(ev.nvsmi) if ev.nvsmi is not None else None
-    fixes = tuple(Fix(_stop(pid, name, gi, name == job), b, 0.0)
+    fixes = tuple(_ev_fix(_stop(pid, name, gi, name == job), b, ev, exp)
                   for pid, name, b, gi in sorted(procs, key=lambda x: -x[2])[:6])
     return Finding("other_process", tuple(sentences), expected, sum(x[2] for x in procs) or None, fixes, like)
 
@@ -673,7 +757,7 @@ def host_pinned_memory(ev: Evidence, exp: Expected | None) -> Finding | None:
                  "memory ran out, not the GPU's"]
     if w.wsl:
         sentences.append("the run is under WSL2, which caps pinned host memory (CUDA on WSL: known limitations)")
-    return Finding("host_pinned_memory", tuple(sentences), None, None, (Fix(PINNED_ACTION, 0, 0.0),),
+    return Finding("host_pinned_memory", tuple(sentences), None, None, (_ev_fix(PINNED_ACTION, 0, ev, exp),),
                    0.9 if w.wsl else 0.8)
 
 
@@ -705,7 +789,8 @@ def offload_bottleneck(ev: Evidence, exp: Expected | None) -> Finding | None:
 
 
 RULES: tuple[Callable[[Evidence, Expected | None], Finding | None], ...] = (
-    static_overflow, activation_overflow, leak, fragmentation, duplicate_fp32_copy, eval_without_no_grad,
+    static_overflow, activation_overflow, leak, fragmentation, duplicate_fp32_copy, stale_checkpoint_copy,
+    eval_without_no_grad,
     rank_imbalance, dataloader_memory, other_process, offload_bottleneck, host_pinned_memory)
 
 

@@ -45,6 +45,13 @@ EXACT: dict[str, str] = {
     "the monitor's log": "监控日志",
     "nvidia-smi's output": " nvidia-smi 的输出",
     "checked: the estimate, no rule matched": "已检查：估算，没有匹配的规则",
+    "raised in the optimizer step while the estimate fits: the optimizer's states and the update's temporaries take "
+    "more than estimated (check --optimizer, --precision, --zero)":
+        "在优化器更新中抛出，而估算是放得下的：优化器状态和更新时的临时张量比估算的更大（检查 --optimizer、--precision、"
+        "--zero）",
+    "the optimizer states and master weights": "优化器状态和主权重",
+    "quantized base, QLoRA (--qlora: bitsandbytes load_in_4bit, LLaMA-Factory quantization_bit 4)":
+        "量化基座，QLoRA（--qlora：bitsandbytes load_in_4bit，LLaMA-Factory quantization_bit 4）",
     # rules.py / fixes.py: actions
     "keep no tensors across steps: log loss.item(), store .detach().cpu() copies, keep metrics on the CPU":
         "不要跨步保留张量：日志里记录 loss.item()，要保存的张量用 .detach().cpu() 拷贝，指标放在 CPU 上累计",
@@ -52,6 +59,14 @@ EXACT: dict[str, str] = {
     "state_dict; keep EMA copies on the CPU":
         "释放重复的权重：按训练精度加载（torch_dtype=torch.bfloat16），del 掉 fp32 的模型或 state_dict；EMA 副本放在 CPU 上",
     "wrap evaluation in torch.no_grad() (or torch.inference_mode())": "评估代码包在 torch.no_grad()（或 torch.inference_mode()）里",
+    "free the stale copy: load the checkpoint on the CPU (torch.load(..., map_location='cpu'); transformers >= 4.27 "
+    "loads optimizer.pt so, PR #22159) and del it after load_state_dict":
+        "释放多余的副本：在 CPU 上加载 checkpoint（torch.load(..., map_location='cpu')；transformers >= 4.27 就是这样"
+        "加载 optimizer.pt 的，PR #22159），load_state_dict 之后 del 掉它",
+    "free the stale copy: build what is saved on the CPU before saving (model.to('cpu') or the state dict offloaded "
+    "to the CPU; save the adapters alone, no deepcopy or merge_and_unload on the GPU)":
+        "释放多余的副本：保存前在 CPU 上构建要保存的内容（model.to('cpu')，或把 state dict 卸载到 CPU；只保存 adapter，"
+        "不要在 GPU 上 deepcopy 或 merge_and_unload）",
     "move batches to the GPU in the main process (pin_memory=True, .to(device, non_blocking=True)); no CUDA in "
     "DataLoader workers or collate_fn":
         "在主进程里把 batch 放到 GPU 上（pin_memory=True，.to(device, non_blocking=True)）；DataLoader worker 和 "
@@ -249,9 +264,37 @@ PATTERNS: list[tuple[str, str]] = [
      "检查进程 {pid}（{name}）：如果不是本作业自己的（DataLoader worker），就结束它"),
     ("the CUDA error comes from a copy into pinned host memory ({code}): the host's page-locked memory ran out, not "
      "the GPU's", "这个 CUDA 错误来自一次拷入主机锁页内存的操作（{code}）：用完的是主机的锁页内存，不是 GPU 显存"),
-    ("the estimate peaks in the optimizer step at {p}, over the {c} GPU: the model states and the update's "
-     "temporaries overflow, not the activations",
-     "估算的峰值在优化器更新阶段，为 {p}，超过了 {c} 的 GPU：放不下的是模型状态和更新时的临时张量，不是激活值"),
+    ("the estimate peaks in the optimizer step at {p} ({d} with CUDA context and NCCL) on the {c} GPU: the model "
+     "states and the update's temporaries overflow, not the activations",
+     "估算的峰值在优化器更新阶段，为 {p}（含 CUDA 上下文和 NCCL 共 {d}），GPU 显存 {c}：放不下的是模型状态和更新时的"
+     "临时张量，不是激活值"),
+    ("the estimate ({d} with CUDA context and NCCL) is within {pct:w} of the {c} GPU: inside the estimator's error "
+     "on published measurements (more often low than high, docs/published.md), an overflow is expected",
+     "估算（含 CUDA 上下文和 NCCL 共 {d}）与 {c} 的 GPU 只差不到 {pct}：这在估算对公开实测数据的误差范围之内（偏低比"
+     "偏高更常见，docs/published.md），预计会超出显存"),
+    ("PyTorch held {a} allocated, {x} over the estimate's peak of {p}: the step holds more dynamic memory than its "
+     "flags describe (sequences longer than --seq-len, a larger micro-batch); the model states do not change with "
+     "the data",
+     "PyTorch 已分配 {a}，比估算的峰值 {p} 多出 {x}：这一步的动态显存比参数描述的更多（序列比 --seq-len 长，或 "
+     "micro-batch 更大）；模型状态不会随数据变化"),
+    # stale copies at save / resume
+    ("raised while resuming from a checkpoint ({loc}): the checkpoint's tensors are loaded onto the GPU next to the "
+     "live ones", "在从 checkpoint 恢复训练时抛出（{loc}）：checkpoint 里的张量被加载到了 GPU 上，和正在用的那份并存"),
+    ("raised while saving a checkpoint ({loc}): the copy made for saving (a state dict gathered on the GPU, a "
+     "deepcopy or merged model) sits next to the live weights",
+     "在保存 checkpoint 时抛出（{loc}）：为保存而做的副本（在 GPU 上汇总的 state dict、deepcopy 或合并后的模型）和"
+     "正在用的权重并存"),
+    ("estimate: {what} take {b}; training itself fits in {d}", "估算：{what!t}占 {b}；训练本身 {d} 就放得下"),
+    ("estimate: {what} take {b}", "估算：{what!t}占 {b}"),
+    # fixes compare has no row for
+    ("shorter or truncated sequences (--seq-len {n:d}: cutoff_len / max_seq_length / max_length; truncate or drop "
+     "the longest samples)",
+     "更短或截断的序列（--seq-len {n}：cutoff_len / max_seq_length / max_length；截断或丢弃最长的样本）"),
+    ("a bigger GPU: {g:w} ({m}), the smallest in the catalog that fits this setup unchanged (--gpu {g2:w}); step "
+     "time not compared: the run's GPU type is not known",
+     "换更大的 GPU：{g}（{m}），目录里在配置不变时放得下的最小一款（--gpu {g2}）；未比较步时：不知道这次运行用的是哪款 GPU"),
+    ("a bigger GPU: {g:w} ({m}), the smallest in the catalog that fits this setup unchanged (--gpu {g2:w})",
+     "换更大的 GPU：{g}（{m}），目录里在配置不变时放得下的最小一款（--gpu {g2}）"),
     ("no cause reaches likelihood {x:w}", "没有哪个原因的可能性达到 {x}"),
     ("candidates: {c}", "候选原因：{c!l}"),
     ("stop process {pid:d} ({name}) on GPU {g:d}", "结束进程 {pid}（{name}，GPU {g}）"),
@@ -274,7 +317,14 @@ PATTERNS: list[tuple[str, str]] = [
     ("{tech} (--{flags})", "{tech!t}（--{flags}）"),
     # report.py
     ("{i:d}. {cause:w} — {title} (likelihood {x:d})", "{i}. {cause} — {title!t}（可能性 {x}）"),
+    ("precision {p:w}: the {gpu:w} has no bfloat16, so the {e:w} engine runs its fp16 recipe (give --precision to "
+     "change it)", "精度 {p}：{gpu} 不支持 bfloat16，因此 {e} 引擎使用它的 fp16 方案（可用 --precision 修改）"),
+    ("--precision {p:w} on the {e:w} engine is its {m:w} recipe (16-bit parameters, fp32 master weights)",
+     "{e} 引擎上的 --precision {p} 就是它的 {m} 方案（16 位参数，fp32 主权重）"),
     ("expected {e}, observed {o}", "预期 {e}，实测 {o}"),
+    ("{a}: saves {s}, step time {t} %, fits", "{a}：省 {s}，步时 {t} %，放得下"),
+    ("{a}: uses {s} more, step time {t} %, fits", "{a}：多用 {s}，步时 {t} %，放得下"),
     ("{a}: saves {s}, step time {t} %", "{a}：省 {s}，步时 {t} %"),
+    ("{a}: step time {t} %", "{a}：步时 {t} %"),
     ("{a}: uses {s} more, step time {t} %", "{a}：多用 {s}，步时 {t} %"),
 ]
