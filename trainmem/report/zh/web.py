@@ -163,7 +163,6 @@ EXACT: dict[str, str] = {
     "LoRA rank (0 = full fine-tuning)": "LoRA rank（0 = 全参数微调）",
     "LoRA target modules": "LoRA 目标模块",
     "framework defaults": "框架默认值",
-    "framework defaults": "框架默认值",
     "QLoRA (NF4 base weights)": "QLoRA（NF4 基座权重）",
     "sequence parallel": "序列并行",
     "loss chunks": "loss 分块数",
