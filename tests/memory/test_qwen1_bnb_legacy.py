@@ -1,10 +1,10 @@
 """Qwen1 (remote-code QWenLMHeadModel) and ``--qlora-impl bnb-legacy``, by hand.
 
-transformers has no Qwen1 class, so its layer cannot be traced: Qwen1's block saves what Phi-3's does on CUDA
-(a fused qkv projection whose output v stays a view of, rotary making new q and k, a gated MLP whose four
-width-i tensors are kept, two RMSNorms), which tests/memory/test_activations_measured.py checks against real
-Phi-3 modules; here the estimator is held to that equivalence on a Phi-3 config of the same shapes, and the
-parts where Qwen1 differs (its 16-bit loss, the per-layer SDPA mask without flash-attn) are checked by hand.
+transformers has no Qwen1 class, so its layer cannot be traced. The estimator's Qwen1 layer is measured against
+an op-for-op rewrite of modeling_qwen.py's block (tests/memory/qwen1_block.py, saved_tensors_hooks on the CPU,
+SDPA branch, bf16 and fp32: equal to the byte); it is also held to its Phi-3-shaped twin (a fused qkv projection
+whose output v stays a view of, rotary making new q and k, a gated MLP whose four width-i tensors are kept, two
+RMSNorms), and the 16-bit loss is checked by hand.
 """
 
 from __future__ import annotations
@@ -44,6 +44,21 @@ def test_qwen1_layer_saves_what_its_phi3_twin_saves(prec, attn):
     # under autocast w1 and w2 each cast the fp32 norm output to 16 bits (autocast caches weights, not inputs);
     # Phi-3's one gate_up_proj casts it once
     assert qwen == phi3 + (2 * 256 * 2 * 128 if prec == "amp-bf16" else 0)
+
+
+@pytest.mark.parametrize("prec", ["bf16", "fp32"])
+@pytest.mark.parametrize("b,s", [(2, 64), (1, 128)])
+def test_qwen1_layer_matches_a_measured_qwen_block(prec, b, s):
+    """Against what autograd saves when Qwen1's block runs (tests/memory/qwen1_block.py: modeling_qwen.py's ops on
+    torch 2 without flash-attn, measured with saved_tensors_hooks on the CPU, by storage)."""
+    torch = pytest.importorskip("torch")
+    from tests.memory.qwen1_block import measured_block_saved_bytes
+
+    dtype = torch.bfloat16 if prec == "bf16" else torch.float32
+    measured = measured_block_saved_bytes(h=256, heads=4, inter=1408, b=b, s=s, dtype=dtype)
+    spec = spec_from_hf_config(QWEN_TOY, name="q")
+    est = layer_saved(spec, make_setup(precision=prec, attn="sdpa", seq_len=s, micro_batch=b), 1).total_bytes
+    assert est == measured
 
 
 def test_qwen1_sdpa_keeps_its_per_layer_mask():
