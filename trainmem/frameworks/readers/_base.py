@@ -38,10 +38,12 @@ class FileSetup:
     stack: str
     model: str | None = None
     fields: dict[str, Any] = field(default_factory=dict)
-    read: list[str] = field(default_factory=list)
-    """``field value (key)`` for each value read from the file."""
-    defaults: list[str] = field(default_factory=list)
-    """``field value (source)`` for each value the framework's defaults give where the file says nothing."""
+    read: list[tuple[str, str]] = field(default_factory=list)
+    """(``field value``, the key it was read from) for each value read from the file."""
+    defaults: list[tuple[str, str]] = field(default_factory=list)
+    """(``field value``, its source) for each value the framework's defaults give where the file says nothing."""
+    statements: list[str] = field(default_factory=list)
+    """Other assumption lines: how a value of the file is modelled (packing, an approximated buffer size)."""
     ignored: list[str] = field(default_factory=list)
     """Keys of the file that set nothing trainmem models (sorted)."""
     model_error: str | None = None
@@ -51,13 +53,12 @@ class FileSetup:
     that field (see :func:`trainmem.frameworks.readers.merge_fields`)."""
 
     def notes(self) -> list[str]:
-        """The assumption lines: values from the file, from the framework's defaults, keys ignored."""
+        """The assumption lines, one per value: from the file (its key), from the framework's defaults (their
+        source), how a value is modelled, and the keys ignored."""
         name = Path(self.path).name
-        out = []
-        if self.read:
-            out.append(f"from {name} ({self.format}): {', '.join(self.read)}")
-        if self.defaults:
-            out.append(f"{self.format} defaults for what {name} leaves out: {', '.join(self.defaults)}")
+        out = [f"{what}: from {name} ({key})" for what, key in self.read]
+        out += [f"{what}: the {self.format} default for what {name} leaves out ({src})" for what, src in self.defaults]
+        out += self.statements
         if self.ignored:
             out.append(f"ignored keys of {name} (no effect on the memory trainmem models): {', '.join(self.ignored)}")
         return out
@@ -201,14 +202,14 @@ class Reading:
     def set(self, fld: str, value: Any, key: str) -> None:
         """Setup field ``fld`` = ``value``, read from the file's ``key``."""
         self.out.fields[fld] = value
-        self.out.read.append(f"{fld} {_text(value)} ({key})")
+        self.out.read.append((f"{fld} {_text(value)}", key))
 
     def default(self, fld: str, value: Any, source: str) -> None:
         """``fld`` = ``value`` from the framework's default (``source``), unless the file already set it."""
         if fld in self.out.fields:
             return
         self.out.fields[fld] = value
-        self.out.defaults.append(f"{fld} {_text(value)} ({source})")
+        self.out.defaults.append((f"{fld} {_text(value)}", source))
 
     def cannot(self, fld: str, why: str) -> None:
         """The file's value for ``fld`` cannot be expressed: refused unless the command line sets ``fld``."""
@@ -225,7 +226,18 @@ class Reading:
             shown_ref = f"{name} = {ref}"
         else:
             shown_ref = f"{name}, the catalog's shape for {ref}"
-        self.out.read.append(f"model {shown_ref} ({key})")
+        self.out.read.append((f"model {shown_ref}", key))
+
+    def absorb(self, sub: FileSetup, skip: tuple[str, ...] = ()) -> None:
+        """Take in what a file this one points to (a DeepSpeed JSON) states: its fields (but ``skip``), and its
+        sources named after that file."""
+        name = Path(sub.path).name
+        self.out.fields.update({k: v for k, v in sub.fields.items() if k != "stack" and k not in skip})
+        self.out.read += [(what, f"{key} [{name}]") for what, key in sub.read if what.split(" ")[0] not in skip]
+        self.out.defaults += [(what, f"{src} [{name}]") for what, src in sub.defaults]
+        self.out.statements += sub.statements
+        self.out.ignored += [f"{name}:{k}" for k in sub.ignored]
+        self.out.blocked.update(sub.blocked)
 
     def refuse(self, why: str) -> ConfigError:
         """The one-line error for a value trainmem cannot express (raise it)."""

@@ -79,11 +79,7 @@ def _deepspeed(r: Reading, base: Path, mp: str) -> None:
             raise r.refuse(f"deepspeed_config.deepspeed_config_file {file}: no such file (read relative to {base})")
         sub = Reading(str(path), "deepspeed", r.out.fields["stack"], parse_mapping(load_text(str(path)), str(path), "json"))
         read_deepspeed(sub, hf)
-        done = sub.finish()
-        r.out.fields.update({k: v for k, v in done.fields.items() if k not in ("stack", "gpus")})
-        r.out.read.extend(f"{x} [{path.name}]" for x in done.read)
-        r.out.defaults.extend(f"{x} [{path.name}]" for x in done.defaults)
-        r.out.ignored.extend(f"{path.name}:{x}" for x in done.ignored)
+        r.absorb(sub.finish(), skip=("gpus",))
         r.use("deepspeed_config")
         return
     r.set("engine", "deepspeed", "distributed_type DEEPSPEED")

@@ -35,7 +35,7 @@ def read_axolotl(r: Reading, base: Path) -> None:
         else:
             r.default(fld, default, f"{_WHO}: {key}={default}")
     if r.bool_("sample_packing"):
-        r.out.defaults.append("sample_packing on: every sequence is the full sequence_len")
+        r.out.statements.append("sample_packing on: every sequence is the full sequence_len")
     precision16 = _precision(r)
     _optimizer(r)
     _attention(r)

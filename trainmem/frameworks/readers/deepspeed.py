@@ -115,10 +115,10 @@ def _zero(r: Reading, p: str) -> None:
             continue  # stage and offload read above; the others (overlap_comm, ...) change no size: ignored
         r.use(f"{z}.{k}")
         if v == "auto":
-            r.out.defaults.append(f"{z}.{k} auto (the HF integration fills it from hidden_size) is modelled at "
+            r.out.statements.append(f"{z}.{k} auto (the HF integration fills it from hidden_size) is modelled at "
                                   f"DeepSpeed's default {DS_DEFAULTS[k]:g}")
         elif v != DS_DEFAULTS[k]:
-            r.out.defaults.append(f"{z}.{k} {v} is modelled at DeepSpeed's default {DS_DEFAULTS[k]:g}")
+            r.out.statements.append(f"{z}.{k} {v} is modelled at DeepSpeed's default {DS_DEFAULTS[k]:g}")
 
 
 def _optimizer(r: Reading, p: str) -> None:

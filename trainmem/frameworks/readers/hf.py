@@ -66,7 +66,7 @@ def read_hf(r: Reading, base: Path) -> None:
     if trl:
         r.default("seq_len", 1024, "TRL 1.16 SFTConfig: max_length=1024")
         if r.bool_("packing"):
-            r.out.defaults.append("packing on: every sequence is the full max_length")
+            r.out.statements.append("packing on: every sequence is the full max_length")
     gc = r.bool_("gradient_checkpointing")
     if gc is None and trl:
         r.default("recompute", "full", "TRL 1.16 SFTConfig: gradient_checkpointing=True")
@@ -97,7 +97,7 @@ def _precision16(r: Reading, trl: bool) -> str | None:
         raise r.refuse("bf16 and fp16 are both true (TrainingArguments refuses it)")
     if bf16 is None and trl and not fp16:
         bf16 = True
-        r.out.defaults.append("bf16 on (TRL 1.16 SFTConfig: bf16=None means True unless fp16)")
+        r.out.statements.append("bf16 on (TRL 1.16 SFTConfig: bf16=None means True unless fp16)")
     return "bf16" if bf16 else ("fp16" if fp16 else None)
 
 
@@ -192,13 +192,7 @@ def hf_deepspeed(r: Reading, base: Path, auto: dict[str, Any], key: str = "deeps
     sub = Reading(str(path), "deepspeed", r.out.fields["stack"], parse_mapping(load_text(str(path)), str(path), "json"))
     read_deepspeed(sub, auto)
     _deepspeed_optimizer(r)
-    done = sub.finish()
-    for f, v in done.fields.items():
-        if f != "stack":
-            r.out.fields[f] = v
-    r.out.read.extend(f"{x} [{path.name}]" for x in done.read)
-    r.out.defaults.extend(f"{x} [{path.name}]" for x in done.defaults)
-    r.out.ignored.extend(f"{path.name}:{x}" for x in done.ignored)
+    r.absorb(sub.finish())
     return True
 
 
@@ -206,8 +200,8 @@ def _deepspeed_optimizer(r: Reading) -> None:
     """Under DeepSpeed the step is DeepSpeed's (its FusedAdam, or the client optimizer wrapped by ZeRO): the HF
     ``optim`` implementation (fused/foreach) no longer applies."""
     if r.out.fields.pop("optimizer_impl", None) is not None:
-        r.out.read = [x for x in r.out.read if not x.startswith("optimizer_impl ")]
-        r.out.defaults = [x for x in r.out.defaults if not x.startswith("optimizer_impl ")]
+        r.out.read = [x for x in r.out.read if not x[0].startswith("optimizer_impl ")]
+        r.out.defaults = [x for x in r.out.defaults if not x[0].startswith("optimizer_impl ")]
 
 
 def _peft(r: Reading, trl: bool) -> None:

@@ -52,7 +52,7 @@ def read_llama_factory(r: Reading, base: Path) -> None:
     else:
         r.default("seq_len", 2048, f"{_WHO}: cutoff_len=2048")
     if r.bool_("packing") or r.bool_("neat_packing") or (r.get("packing") is None and stage == "pt"):
-        r.out.defaults.append("packing on: every sequence is the full cutoff_len")
+        r.out.statements.append("packing on: every sequence is the full cutoff_len")
     mb = r.int_("per_device_train_batch_size")
     if mb:
         r.set("micro_batch", mb, "per_device_train_batch_size")
@@ -64,7 +64,7 @@ def read_llama_factory(r: Reading, base: Path) -> None:
     if r.bool_("disable_gradient_checkpointing"):
         r.set("recompute", "none", "disable_gradient_checkpointing")
     else:
-        r.default("recompute", "full", f"{_WHO}: gradient checkpointing on (disable_gradient_checkpointing=False)")
+        r.default("recompute", "full", f"{_WHO} disable_gradient_checkpointing=False")
     _attention(r)
     hf_optim(r, "optim", _WHO)
     if r.bool_("enable_liger_kernel"):

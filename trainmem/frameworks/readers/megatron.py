@@ -165,7 +165,7 @@ def read_megatron_args(r: Reading, text: str) -> None:
     if flags.get("--sequence-parallel") and degrees["tp"] > 1:
         r.set("sp", True, "--sequence-parallel")
     elif flags.get("--sequence-parallel"):  # arguments.py validate_args: "Disabling sequence parallelism ..."
-        r.out.defaults.append("--sequence-parallel off: Megatron-LM disables it when tensor parallelism is 1")
+        r.out.statements.append("--sequence-parallel off: Megatron-LM disables it when tensor parallelism is 1")
     _recompute(r, str(flags.get("--recompute-granularity", "")), str(flags.get("--recompute-method", "uniform")),
                num("--recompute-num-layers"), "--recompute-")
     if flags.get("--use-distributed-optimizer"):
@@ -193,7 +193,7 @@ def read_megatron_args(r: Reading, text: str) -> None:
         if flag in flags:
             r.cannot("stage_layers", f"{flag}: give the split as --stage-layers")
     if "if [" in text or "if [[" in text:
-        r.out.defaults.append("the arguments inside the script's if blocks are read as if every condition held")
+        r.out.statements.append("the arguments inside the script's if blocks are read as if every condition held")
     r.out.ignored = sorted(other)
 
 
@@ -279,6 +279,6 @@ def read_nemo(r: Reading) -> None:
         raise r.refuse(f"model.optim.name {opt}: fused_adam or distributed_fused_adam")
     r.set("optimizer", "adamw", m + "optim.name")
     if r.bool_(m + "megatron_amp_O2") is False and precision.startswith("bf16"):
-        r.out.defaults.append("model.megatron_amp_O2 false: NeMo's O1 (autocast) bf16 is estimated as Megatron's "
+        r.out.statements.append("model.megatron_amp_O2 false: NeMo's O1 (autocast) bf16 is estimated as Megatron's "
                               "mixed-bf16 (O2: bf16 weights, fp32 main weights)")
     r.use("name", "restore_from_path", "trainer.devices", "trainer.num_nodes", "trainer.precision")

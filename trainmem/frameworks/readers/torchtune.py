@@ -69,7 +69,7 @@ def read_torchtune(r: Reading, text: str) -> None:
         r.set("seq_len", n, "tokenizer.max_seq_len")
     r.use("dataset.packed")
     if r.bool_("dataset.packed"):
-        r.out.defaults.append("dataset.packed on: every sequence is the full tokenizer.max_seq_len")
+        r.out.statements.append("dataset.packed on: every sequence is the full tokenizer.max_seq_len")
     mb = r.int_("batch_size")
     if mb:
         r.set("micro_batch", mb, "batch_size")
