@@ -53,6 +53,10 @@ def plan_cmd(
     host_memory: Annotated[Optional[str], _Opt("--host-memory", help="host RAM per node, e.g. 512GiB: plans that "
                                                                     "offload more there are refused")] = None,
     async_tp: Annotated[bool, _Opt("--async-tp", help="fsdp2 plans with TP: torchtitan's async TP (step time)")] = False,
+    stack: Annotated[Optional[str], _Opt("--stack", help="plans the framework runs (its engines), with its defaults for "
+                                                        "optimizer, attn, loss, loop, LoRA targets (docs/stacks.md)")] = None,
+    offload_activations: Annotated[bool, _Opt("--offload-activations", help="torch/fsdp2 plans without pp: saved "
+                                              "activations in pinned host memory (torchtune/TRL OffloadActivations)")] = False,
     as_json: opt.Json = False, lang: opt.Lang = "en",
 ) -> None:
     """The fastest training configurations that fit a GPU pool (or how many GPUs a model needs)."""
@@ -66,8 +70,13 @@ def plan_cmd(
         raise ConfigError("--export needs -o DIR")
     extra = {"optimizer": optimizer, "attn": attn, "lora_rank": lora_rank, "qlora": qlora or None,
              "lora_targets": lora_targets, "attn_kernel": attn_kernel, "grad_reduce_16bit": grad_reduce_16bit or None,
-             "fp8_params": fp8_params or None, "async_tp": async_tp or None}
+             "fp8_params": fp8_params or None, "async_tp": async_tp or None,
+             "offload_activations": offload_activations or None}
     engines = _export_engines(export) if export else None
+    if stack:  # the framework's engines, and its defaults for what the planner does not search
+        from trainmem.frameworks import plan_stack
+        from trainmem.hardware import parse_cluster
+        extra, engines = plan_stack(stack, extra, seq_len, parse_cluster(cluster or f"1x{gpu}").total_gpus, engines)
     req = _request(model, cluster or f"1x{gpu}", global_batch, seq_len, precision, margin, top, fix, extra, engines)
     if host_memory:
         req = _with_host_memory(req, host_memory)

@@ -237,7 +237,7 @@ def plan_checks(global_batch: int, cluster: str | None, gpu: str | None, min_gpu
 #: The setup fields ``trainmem plan`` takes as its own flags (the request's ``extra``; unset or false ones are
 #: dropped by :func:`plan_request`).
 PLAN_EXTRA_KEYS = ("optimizer", "attn", "lora_rank", "qlora", "lora_targets", "attn_kernel", "grad_reduce_16bit",
-                   "fp8_params", "async_tp")
+                   "fp8_params", "async_tp", "offload_activations")
 
 
 def plan_request(model: str | ModelSpec, cluster: str, global_batch: int, seq_len: int, precision: str,

@@ -94,3 +94,27 @@ def test_pack_hook_sees_one_input_per_checkpointed_layer() -> None:
     est = estimate(spec, make_setup(precision="fp32", seq_len=s, micro_batch=b, recompute="full",
                                     offload_activations=True))
     assert est.host_memory_bytes == sum(pinned_bytes(n) for i in range(n_layers) for n in packs[i])
+
+
+def test_exposed_transfer_time() -> None:
+    """22.5 GB each way over a 25 GB/s host link (0.9 s), behind a 0.3 s forward and a 0.6 s backward: 0.6 + 0.3 s
+    exposed; two GPUs sharing the link double the copy time; a copy shorter than its pass is hidden."""
+    from trainmem.memory.act_offload import exposed_transfer_seconds
+
+    assert exposed_transfer_seconds(22_500_000_000, 25e9, 1, 0.3, 0.6) == pytest.approx(0.6 + 0.3)
+    assert exposed_transfer_seconds(22_500_000_000, 25e9, 2, 0.3, 0.6) == pytest.approx(1.5 + 1.2)
+    assert exposed_transfer_seconds(1_000_000_000, 25e9, 1, 0.3, 0.6) == 0.0
+
+
+def test_step_time_pays_the_copies_only_when_they_outlast_the_passes() -> None:
+    from trainmem.hardware.cluster import parse_cluster
+    from trainmem.perf.step import step_time
+
+    grp = parse_cluster("1xH100-SXM-80G").groups[0]
+
+    def t(**kw):
+        spec, s = build("llama-3.1-8b", seq_len=T, lora_rank=16, **kw)
+        return step_time(spec, s, grp).breakdown["offload"]
+
+    assert t() == 0.0 and t(offload_activations=True) > 0.3  # 21 GiB each way per micro-batch
+    assert t(recompute="full", offload_activations=True) == 0.0  # 1 GiB: hidden under the passes

@@ -47,7 +47,7 @@ from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
 __all__ = ["MIN_OFFLOAD_BYTES", "MAX_FWD_STASH", "CHECKPOINT_PACKS", "pinned_bytes", "stash_bytes",
-           "stash_window_layers", "offloaded_host_bytes"]
+           "stash_window_layers", "offloaded_host_bytes", "exposed_transfer_seconds"]
 
 #: torchtune/TRL ``OffloadActivations(min_offload_size=1024)``: smaller saved tensors stay on the GPU.
 MIN_OFFLOAD_BYTES = 1024
@@ -90,3 +90,15 @@ def offloaded_host_bytes(recompute: str, kept_bytes: int, weight_copy_bytes: int
     if recompute == "full":
         return pinned_bytes(kept_bytes)
     return kept_bytes + weight_copy_bytes
+
+
+def exposed_transfer_seconds(offloaded_bytes: int, host_bytes_per_s: float, gpus_sharing_link: int,
+                             forward_seconds: float, backward_seconds: float) -> float:
+    """Seconds per micro-batch the offload copies add to the step: ``offloaded_bytes`` go device → host during the
+    forward and come back host → device during the backward, each direction over the host link shared by
+    ``gpus_sharing_link`` GPUs, overlapped with that pass's compute (``use_streams``: a side stream), so only what
+    exceeds the pass is exposed: max(0, t − forward) + max(0, t − backward)."""
+    if offloaded_bytes <= 0:
+        return 0.0
+    t = offloaded_bytes * max(1, gpus_sharing_link) / host_bytes_per_s
+    return max(0.0, t - forward_seconds) + max(0.0, t - backward_seconds)

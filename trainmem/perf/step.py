@@ -479,6 +479,17 @@ def _optimizer_and_offload(s: TrainingSetup, e: _Entry, dp_exposed: float) -> tu
     return step_overhead_seconds() + gpu_optimizer_seconds(owned, per, e.ctx.dev.hbm_bytes_per_s), 0.0
 
 
+def _activation_offload_seconds(spec: ModelSpec, s: TrainingSetup, e: _Entry) -> float:
+    """Exposed seconds per micro-batch of ``--offload-activations``: the layers' kept bytes to the host in the
+    forward and back in the backward over the node's host link (memory/act_offload.py)."""
+    from trainmem.memory.act_offload import exposed_transfer_seconds
+    from trainmem.memory.plan import kept_per_layer
+
+    grp = e.grp
+    return exposed_transfer_seconds(sum(kept_per_layer(spec, s)), grp.host.effective_gbps * 1e9,
+                                    min(grp.gpus_per_node, s.gpus), e.st.fwd, e.st.bwd)
+
+
 def _hop_seconds(s: TrainingSetup, e: _Entry) -> float:
     """One pipeline send of a micro-batch's b·s/cp·h activations ÷ tp (Megatron scatters them over the TP
     ranks, DeepSpeed partitions them) between adjacent stages (PP ranks stride tp·cp·dp)."""
@@ -609,6 +620,8 @@ def _assemble(spec: ModelSpec, s: TrainingSetup, grp: GPUGroup) -> StepTime:
     ds = _ds_pipe(s, e) if s.megatron_deepspeed else None
     dp = ds.dp_comm if ds else dp_sync_seconds(_sync_inputs(s, e), grp.intra, grp.inter)
     opt, off = _optimizer_and_offload(s, e, dp)
+    if s.offload_activations:  # (the saved activations' copies to the host and back: memory/act_offload.py)
+        off += ga * _activation_offload_seconds(spec, s, e)
     parts = {"compute": ga * (st.fwd + st.bwd) + e.cast, "recompute": ga * st.recompute, "tp_comm": ga * st.tp,
              "cp_comm": ga * st.cp, "ep_comm": ga * st.ep, "pp_comm": ds.pp_comm if ds else _pp_comm(s, e),
              "dp_comm": dp, "bubble": (pp - 1) / s.vpp * mb if pp > 1 else 0.0, "offload": off,

@@ -345,6 +345,8 @@ class GroupSearch:
         ``k.recompute`` (``StepPlan.saved_eff``, linear in the micro-batch), less 2 % for per-allocation
         rounding. At the end of a micro-batch's forward all of it is alive beside the model states, on
         every schedule."""
+        if self.req.setup_extra.get("offload_activations"):
+            return 0  # (the layers' saved tensors are on the host: memory/act_offload.py; still a lower bound)
         key = (k.engine, k.tp, k.cp, k.ep, k.recompute, k.pp, stage)
         got = self._act.get(key)
         if got is None:

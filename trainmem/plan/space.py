@@ -326,7 +326,8 @@ def savers(k: Knobs, fixed: Mapping[str, object], spec: ModelSpec | None = None)
 #: evaluated, as pinned (``no_sp=true`` is ``sp=false``; ``recompute_layers=N`` is ``recompute=block-N``).
 SETUP_PIN_KEYS = ("sp", "megatron_deepspeed", "stage_layers", "optimizer", "optimizer_impl", "attn", "attn_kernel",
                   "backward_prefetch", "loop", "loss", "loss_chunks", "async_tp", "no_loss_parallel", "grad_reduce_16bit",
-                  "fp8_params", "fp8_backend", "lora_rank", "lora_targets", "qlora", "qlora_impl")
+                  "fp8_params", "fp8_backend", "lora_rank", "lora_targets", "qlora", "qlora_impl", "adapter_dtype",
+                  "offload_activations")
 _REQUEST_KEYS = {"gpu": "--cluster", "gpus": "--cluster", "gpu_memory": "--cluster (a .toml with memory)",
                  "seq_len": "--seq-len", "precision": "--precision"}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
