@@ -66,6 +66,11 @@ def explain_cmd(model: opt.Model, lang: opt.Lang = "en", **setup: object) -> Non
     check_lang(lang)
     spec, ts = build(model, **opt.setup_fields(setup))
     print_explain(spec, ts, run_estimate(spec, ts), lang)
+    if ts.stack:  # each value --stack chose, with its source (the estimate's assumptions list them too)
+        from trainmem.report.i18n import t, tr
+        print(f"{t('assumptions', lang)}{'：' if lang == 'zh' else ':'}")
+        for note in ts.notes:
+            print(f"  - {tr(note, lang)}")
 
 
 def register(app: typer.Typer) -> None:

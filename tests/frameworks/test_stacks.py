@@ -293,3 +293,31 @@ def test_docs_table_is_the_stacks() -> None:
     from benchmarks.stacks_table import markdown
     assert (ROOT / "docs" / "stacks.md").read_text() == markdown(), "regenerate: python benchmarks/stacks_table.py"
     assert all(stack_rows(n) for n in STACK_NAMES)
+
+
+def test_explain_lists_the_stack_choices(capsys) -> None:
+    from tests.report.test_zh import assert_chinese
+    assert main(["explain", "llama-3.2-1b", "--stack", "torchtune", "--lora-rank", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "Assumptions:" in out and "recompute full: the torchtune default (torchtune 0.6.1 " in out
+    assert main(["explain", "llama-3.2-1b", "--stack", "torchtune", "--lora-rank", "8", "--lang", "zh"]) == 0
+    out = capsys.readouterr().out
+    assert "recompute full：torchtune 的默认值" in out
+    assert_chinese(out[out.index("recompute full："):])
+
+
+def test_plan_takes_the_stack_s_engines_and_defaults(capsys) -> None:
+    from trainmem.frameworks import plan_stack
+    extra, engines = plan_stack("torchtune", {"lora_rank": 8, "optimizer": None}, 2048, 8)
+    assert engines == ("torch", "fsdp2")
+    assert (extra["loss"], extra["loss_chunks"], extra["loop"], extra["optimizer"]) == ("chunked", 8, "trainer", "adamw")
+    assert extra["lora_targets"] == "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    extra, _ = plan_stack("torchtune", {"optimizer": "sgd"}, 2048, 8)
+    assert extra["optimizer"] == "sgd"  # the flag given wins
+    with pytest.raises(ConfigError, match="runs on megatron; the plan asks for deepspeed"):
+        plan_stack("megatron", {}, 2048, 8, engines=("deepspeed",))
+    args = ["plan", "llama-3.2-1b", "--cluster", "8xH100-SXM-80G", "--global-batch", "32", "--seq-len", "2048",
+            "--top", "3", "--json"]
+    assert main([*args, "--stack", "torchtitan"]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert plans and {p["engine"] for p in plans} == {"fsdp2"}

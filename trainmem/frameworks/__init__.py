@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
 
 __all__ = ["STACK_NAMES", "Stack", "Default", "Run", "CONDITIONS", "get_stack", "check_stack_name", "apply_stack",
-           "merge_fields", "stack_rows"]
+           "merge_fields", "stack_rows", "PLAN_FIELDS", "plan_stack"]
 
 #: ``--stack`` name → module of :mod:`trainmem.frameworks` holding its ``STACK``.
 _MODULES: dict[str, str] = {
@@ -138,6 +138,33 @@ def apply_stack(fields: dict[str, Any], stack: str | None = None, spec: ModelSpe
         notes.append(f"{d.field} {shown}: the {st.name} default ({d.source})")
     notes.extend(f"{st.name}: {n}" for n in st.notes)
     return notes
+
+
+#: The setup fields ``trainmem plan --stack`` takes from a stack: the planner searches the engine, ZeRO/FSDP stage,
+#: recompute, offload, parallelism, micro-batch and accumulation itself, and takes the precision family from
+#: ``--precision``.
+PLAN_FIELDS = ("optimizer", "attn", "loss", "loss_chunks", "loop", "lora_targets")
+
+
+def plan_stack(name: str, extra: Mapping[str, Any], seq_len: int, gpus: int,
+               engines: tuple[str, ...] | None = None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``trainmem plan --stack``: the plan's setup extras with the stack's :data:`PLAN_FIELDS` filled where unset
+    (for a run of ``gpus`` GPUs: the stack's conditions), and the engines to search — the stack's, within
+    ``engines`` when given (an ``--export`` target); one line when none is left."""
+    st = get_stack(name)
+    out = dict(extra)
+    fields = {**{k: v for k, v in extra.items() if v is not None}, "gpus": gpus, "seq_len": seq_len}
+    run = Run(fields=fields, seq_len=seq_len, num_layers=0)
+    for d in st.defaults:
+        if d.field in PLAN_FIELDS and out.get(d.field) is None and not d.engines and d.applies(run):
+            value = d.value_for(run)
+            if value is not None:
+                out[d.field] = ",".join(value) if d.field == "lora_targets" else value
+    keep = tuple(e for e in st.engines if engines is None or e in engines)
+    if not keep:
+        raise ConfigError(f"--stack {st.name} runs on {', '.join(st.engines)}; "
+                          f"the plan asks for {', '.join(engines or ())}")
+    return out, keep
 
 
 def stack_rows(name: str) -> list[tuple[str, str, str, str]]:

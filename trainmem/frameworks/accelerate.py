@@ -10,6 +10,7 @@ __all__ = ["STACK"]
 STACK = Stack(
     name="accelerate",
     release="Accelerate 1.15.0",
+    engines=("torch", "fsdp2", "deepspeed"),
     defaults=(
         Default(field="engine", value="torch", source="accelerate 1.15.0 accelerate/state.py distributed_type MULTI_GPU "
                                                       "(DDP) without a config"),

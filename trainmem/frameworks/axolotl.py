@@ -13,6 +13,7 @@ _S = "axolotl v0.18.0 src/axolotl/utils/schemas/"
 STACK = Stack(
     name="axolotl",
     release="axolotl v0.18.0",
+    engines=("torch", "fsdp2", "deepspeed"),
     defaults=(
         Default(field="precision", value="bf16", engines=("torch", "fsdp2"),
                 source=f"{_S}config.py bf16='auto' -> torch_dtype bfloat16 (loaders/model.py model_kwargs['dtype'])"),

@@ -13,6 +13,7 @@ _D = ("deepspeed",)
 STACK = Stack(
     name="deepspeed",
     release="DeepSpeed 0.19.5",
+    engines=("deepspeed",),
     defaults=(
         Default(field="engine", value="deepspeed", source=f"{_C}engine.py DeepSpeedEngine"),
         Default(field="precision", engines=_D, value="fp32", source=f"{_C}constants.py FP16_ENABLED_DEFAULT=False; "

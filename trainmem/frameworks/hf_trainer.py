@@ -30,6 +30,7 @@ def peft_default_targets(run: Run) -> tuple[str, ...] | None:
 STACK = Stack(
     name="hf-trainer",
     release="transformers 5.24.0 Trainer + peft 0.21.2",
+    engines=("torch", "fsdp2", "deepspeed"),
     defaults=(
         Default(field="precision", value="bf16", engines=("torch", "fsdp2"),
                 source="transformers 5.24.0 modeling_utils.py from_pretrained dtype=None -> 'auto' (the checkpoint's "

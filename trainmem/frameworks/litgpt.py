@@ -21,6 +21,7 @@ def _chunks(run: Run) -> int:
 STACK = Stack(
     name="litgpt",
     release="litgpt 0.5.13",
+    engines=("torch", "fsdp2"),
     defaults=(
         Default(field="engine", value="fsdp2", when=("multi-gpu",),
                 source=f"{_L} ModelParallelStrategy(parallelize_fn): fully_shard per Block; {_F} FSDPStrategy"),

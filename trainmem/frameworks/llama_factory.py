@@ -14,6 +14,7 @@ _XF = "llamafactory 0.9.5 examples/train_full/qwen3_full_sft.yaml"
 STACK = Stack(
     name="llama-factory",
     release="llamafactory 0.9.5 (LLaMA-Factory)",
+    engines=("torch", "fsdp2", "deepspeed"),
     defaults=(
         Default(field="engine", value="deepspeed", when=("full", "multi-gpu"),
                 source=f"{_XF} deepspeed: examples/deepspeed/ds_z3_config.json"),

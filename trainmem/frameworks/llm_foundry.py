@@ -13,6 +13,7 @@ _Y = "llm-foundry 8c8dd48 scripts/train/yamls/pretrain/mpt-7b.yaml"
 STACK = Stack(
     name="llm-foundry",
     release="llm-foundry (8c8dd48f7)",
+    engines=("fsdp2",),
     defaults=(
         Default(field="engine", value="fsdp2", when=("multi-gpu",), source=f"{_Y} fsdp_config sharding_strategy: "
                                                                        "FULL_SHARD (Composer FSDP1)"),

@@ -13,6 +13,7 @@ _M = ("megatron",)
 STACK = Stack(
     name="megatron",
     release="Megatron-LM core_v0.19.0",
+    engines=("megatron",),
     defaults=(
         Default(field="engine", value="megatron", source="Megatron-LM core_v0.19.0 pretrain_gpt.py"),
         Default(field="precision", engines=_M, value="fp32", source=f"{_A} --bf16 store_true, --fp16 store_true"),

@@ -12,6 +12,7 @@ _A = "ms-swift v4.4.3 swift/arguments/"
 STACK = Stack(
     name="ms-swift",
     release="ms-swift v4.4.3",
+    engines=("torch", "fsdp2", "deepspeed", "megatron"),
     defaults=(
         Default(field="lora_rank", value=8, source=f"{_A}base_args/base_args.py tuner_type='lora'; tuner_args.py lora_rank=8"),
         Default(field="lora_targets", value=("all-linear",), when=("lora",),

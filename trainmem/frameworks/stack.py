@@ -89,6 +89,8 @@ class Stack:
     """The ``--stack`` name."""
     release: str
     """The release the defaults are read from, e.g. ``torchtune 0.6.1``."""
+    engines: tuple[str, ...]
+    """The trainmem engines the framework runs a step on (``plan --stack`` searches these)."""
     defaults: tuple[Default, ...]
     """In order of precedence: for each field the first that applies is used."""
     notes: tuple[str, ...] = ()

@@ -22,6 +22,7 @@ def every_second_layer(run: Run) -> int:
 STACK = Stack(
     name="torchtitan",
     release="torchtitan 0.2.2",
+    engines=("fsdp2",),
     defaults=(
         Default(field="engine", value="fsdp2", source="torchtitan 0.2.2 models/llama3/infra/parallelize.py apply_fsdp"),
         Default(field="precision", value="amp-bf16", engines=("fsdp2",),

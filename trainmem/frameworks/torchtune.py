@@ -19,6 +19,7 @@ _LS, _LM, _FS, _FM = (_C + CONFIGS[k] for k in (("lora", "one-gpu"), ("lora", "m
 STACK = Stack(
     name="torchtune",
     release="torchtune 0.6.1",
+    engines=("torch", "fsdp2"),
     defaults=(
         Default(field="engine", value="fsdp2", when=("multi-gpu",),
                 source="torchtune 0.6.1 recipes/*_distributed.py training.shard_model (fully_shard)"),

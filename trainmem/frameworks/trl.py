@@ -13,6 +13,7 @@ _SC = "trl 1.16.0 trainer/sft_config.py SFTConfig"
 STACK = Stack(
     name="trl",
     release="trl 1.16.0 SFTTrainer + transformers 5.24.0 + peft 0.21.2",
+    engines=("torch", "fsdp2", "deepspeed"),
     defaults=(
         Default(field="precision", value="amp-bf16", engines=("torch", "fsdp2"),
                 source=f"{_SC}.bf16=None -> True; trainer/sft_trainer.py model_init_kwargs dtype unset -> float32"),

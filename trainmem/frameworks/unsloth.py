@@ -13,6 +13,7 @@ _GP = "unsloth 015bdef unsloth/models/llama.py get_peft_model"
 STACK = Stack(
     name="unsloth",
     release="unsloth (2026-08-22, 015bdef0d9)",
+    engines=("torch",),
     defaults=(
         Default(field="lora_rank", value=16, source=f"{_GP} r=16"),
         Default(field="qlora", value=True, when=("lora",), source=f"{_LD} load_in_4bit=True"),

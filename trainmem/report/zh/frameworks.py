@@ -55,4 +55,5 @@ PATTERNS: list[tuple[str, str]] = [
     ("{f:w} {v:w}: the {s:w} default, not applied: {why}", "{f} {v}：{s} 的默认值，未采用：{why!t}"),
     ("{f:w} {v:w}: the {s:w} default ({src})", "{f} {v}：{s} 的默认值（{src}）"),
     ("stack: not a known framework; one of: {names} (got {v})", "stack：不认识的框架；可选：{names}（输入为 {v}）"),
+    ("--stack {s:w} runs on {e}; the plan asks for {x}", "--stack {s} 只在 {e} 上运行；这个 plan 要的是 {x}"),
 ]
