@@ -275,10 +275,7 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
     if setup.is_lora:
         terms = _lora_terms(spec, setup, layer_idx, terms)
     if setup.qlora and setup.qlora_impl == "bnb-legacy":  # bitsandbytes < 0.43.2 keeps each 4-bit linear's input
-        from trainmem.memory.bnb_legacy import legacy_matmul4bit_input_bytes_per_token
-        keeps_out = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup)
-        per_token = legacy_matmul4bit_input_bytes_per_token(spec, setup, layer_idx, keeps_out)
-        terms.append(Term("bnb_legacy_matmul4bit_input", "mlp", per_token * T, False))
+        terms.append(_bnb_legacy_term(spec, setup, layer_idx, T))
     out: list[Term] = []
     for t in terms:
         # torch TP (fsdp2): PrepareModuleInput all-gathers the sequence-parallel norm output and the
@@ -290,6 +287,19 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
     return LayerSaved(tuple(out))
 
 
+def _bnb_legacy_term(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, tokens: int) -> Term:
+    """``--qlora-impl bnb-legacy``: the 16-bit inputs bitsandbytes < 0.43.2's MatMul4Bit keeps
+    (trainmem/memory/bnb_legacy.py); the attention output is already kept where the fused kernel saves it."""
+    from trainmem.memory.bnb_legacy import legacy_matmul4bit_input_bytes_per_token
+    keeps_out = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup)
+    per_token = legacy_matmul4bit_input_bytes_per_token(spec, setup, layer_idx, keeps_out)
+    return Term("bnb_legacy_matmul4bit_input", "mlp", per_token * tokens, False)
+
+
+# Qwen1 without flash-attn (modeling_qwen.py ``QWenAttention.forward``, torch-2 branch): each layer expands the
+# (b, 1, 1, s) padding mask to (b, 1, s, s) and ``masked_fill``s the causal part (compute dtype); SDPA takes it as
+# ``attn_mask`` (the memory-efficient kernel), which keeps it for backward: c·s bytes a token per layer (measured
+# against the block's ops: tests/memory/test_qwen1_bnb_legacy.py).
 def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int, b: int) -> None:
     """q/k/v/output of the attention core, by how each family's module builds them.
 
@@ -336,10 +346,7 @@ def _core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int,
             add("q", "attention", c * a * d)
             add("k", "attention", c * kv * d)
             add("qkv_fused_out", "attention", c * (a * d + 2 * kv * d))
-            if mt == "qwen" and setup.attn == "sdpa":
-                # Qwen1 without flash-attn (modeling_qwen.py QWenAttention.forward): each layer expands the
-                # (b, 1, 1, s) padding mask to (b, 1, s, s) and masked_fill's the causal part (compute dtype);
-                # SDPA takes it as attn_mask (the memory-efficient kernel), which keeps it for backward
+            if mt == "qwen" and setup.attn == "sdpa":  # Qwen1 without flash-attn: its per-layer mask (note above)
                 add("attn_mask", "attention", float(c) * s)
         else:
             add("q", "attention", c * a * d)
