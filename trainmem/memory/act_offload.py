@@ -47,7 +47,14 @@ from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
 __all__ = ["MIN_OFFLOAD_BYTES", "MAX_FWD_STASH", "CHECKPOINT_PACKS", "pinned_bytes", "stash_bytes",
-           "stash_window_layers", "offloaded_host_bytes", "exposed_transfer_seconds"]
+           "stash_window_layers", "offloaded_host_bytes", "exposed_transfer_seconds", "OFFLOAD_NOTE"]
+
+#: The assumption line of an offloaded run (estimate.py).
+OFFLOAD_NOTE = ("activation offloading (torchtune/TRL OffloadActivations, use_streams): the decoder layers' saved "
+                "tensors of >= 1024 B in pinned host memory (host_memory_bytes; each rounded to a power of two with "
+                "checkpointing, a lower bound without), the last 5 in flight on the GPU, each layer's brought back for "
+                "its backward; the LM head and the loss stay on the GPU; the copies cost step time where they outlast "
+                "the forward or backward")
 
 #: torchtune/TRL ``OffloadActivations(min_offload_size=1024)``: smaller saved tensors stay on the GPU.
 MIN_OFFLOAD_BYTES = 1024

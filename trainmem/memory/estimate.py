@@ -260,6 +260,9 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
             out.append(f"optimizer torch.optim {s.optimizer} with fused=True (no step temporaries), weight decay 0.01")
         else:
             out.append(f"optimizer torch.optim {s.optimizer} with foreach=True (the CUDA default), weight decay 0.01")
+    if s.offload_activations:
+        from trainmem.memory.act_offload import OFFLOAD_NOTE
+        out.append(OFFLOAD_NOTE)
     out.extend(s.notes)
     if getattr(spec, "alias_note", ""):
         out.append(spec.alias_note)

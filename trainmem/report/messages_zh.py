@@ -403,6 +403,13 @@ EXACT: dict[str, str] = {
     "--offload-activations (torchtune/TRL OffloadActivations) is modelled for --engine torch or fsdp2 without "
     "pipeline parallelism":
         "--offload-activations（torchtune/TRL 的 OffloadActivations）只对不带流水线并行的 --engine torch 或 fsdp2 建模",
+    "activation offloading (torchtune/TRL OffloadActivations, use_streams): the decoder layers' saved tensors of >= "
+    "1024 B in pinned host memory (host_memory_bytes; each rounded to a power of two with checkpointing, a lower bound "
+    "without), the last 5 in flight on the GPU, each layer's brought back for its backward; the LM head and the loss "
+    "stay on the GPU; the copies cost step time where they outlast the forward or backward":
+        "激活值卸载（torchtune/TRL 的 OffloadActivations，use_streams）：decoder 层保存的 >= 1024 B 的张量放在锁页主机内存中"
+        "（host_memory_bytes；开启重计算时每个张量向上取整到 2 的幂，否则为下限），最近 5 个在传输途中仍留在 GPU 上，"
+        "每层的张量在其反向传播时取回；输出层和损失留在 GPU 上；拷贝时间超出前向或反向计算的部分计入训练步时间",
     "LoRA: adapters bf16 (the base's dtype: torchtune, PEFT autocast_adapter_dtype=False; no fp32 copy), gradients "
     "and optimizer states in it; base frozen":
         "LoRA：adapter 为 bf16（与基座相同的 dtype：torchtune，PEFT autocast_adapter_dtype=False；没有 fp32 副本），"
