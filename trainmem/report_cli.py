@@ -101,6 +101,8 @@ def serve_cmd(
     host: Annotated[str, _Opt("--host", help="address to listen on (127.0.0.1: this machine only)")] = "127.0.0.1",
     port: Annotated[int, _Opt("--port", help="port to listen on")] = 8000,
     lang: opt.Lang = "en",
+    allow_paths: Annotated[bool, _Opt("--allow-paths", help="let requests name local files (a model's config.json, "
+                                                            "a cluster file); off, the API reads none")] = False,
 ) -> None:
     """Run the local web calculator (estimate, compare, plan, doctor) and its JSON API."""
     from trainmem.report.i18n import check_lang
@@ -120,7 +122,7 @@ def serve_cmd(
     _check_port_free(host, port)
     shown = f"[{host}]" if ":" in host else host
     print(tr(f"trainmem serve: open http://{shown}:{port}/ (Ctrl-C stops it)", lang), flush=True)
-    serve(host, port, lang)
+    serve(host, port, lang, allow_paths)
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -290,3 +290,51 @@ def test_page_defaults_are_the_clis(client) -> None:
     assert meta["defaults"]["plan"]["seq_len"] == cli_defaults["seq_len"] == 4096
     assert meta["defaults"]["plan"]["top"] == cli_defaults["top"] and meta["defaults"]["plan"]["precision"] == "bf16"
     assert "seq_len" not in meta["defaults"]["estimate"]  # the model's default (2048, or its context)
+
+
+@pytest.mark.parametrize("command, body", [
+    ("estimate", {}), ("compare", {}), ("plan", {"cluster": "8xH100-SXM-80G", "global_batch": 8}),
+    ("doctor", {"error": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."}),
+])
+def test_no_local_path_is_read_without_allow_paths(client, tmp_path, command: str, body: dict) -> None:
+    """`{"model": "/etc/passwd"}` answered "cannot read ... as JSON", telling anyone who reaches the API which files
+    exist. Without --allow-paths a path gets one answer, found or not; a cluster file too."""
+    from trainmem.model.resolve import resolve_model
+
+    real = tmp_path / "config.json"
+    real.write_text(json.dumps(dict(resolve_model("qwen2.5-0.5b").hf_config)))
+    answers = []
+    for ref in (str(real), str(tmp_path / "missing" / "config.json"), "/etc/passwd", str(tmp_path), "./x.json"):
+        r = _post(client, f"/api/{command}", {"model": ref, **body})
+        assert r.status_code == 422
+        answers.append(r.json()["error"].replace(repr(ref), "REF"))
+    assert len(set(answers)) == 1 and "--allow-paths" in answers[0], answers
+    assert str(tmp_path) not in answers[0]
+    zh = _post(client, f"/api/{command}", {"model": "/etc/passwd", "lang": "zh", **body}).json()["error"]
+    assert "不读取本地文件" in zh
+
+
+def test_cluster_file_needs_allow_paths(client, tmp_path) -> None:
+    body = {"model": "llama-3.2-1b", "global_batch": 8}
+    errs = {_post(client, "/api/plan", {**body, "cluster": c}).json()["error"].replace(repr(c), "C")
+            for c in ("examples/clusters/dgx-h100-64.toml", str(tmp_path / "nope.yaml"))}
+    assert len(errs) == 1 and "--allow-paths" in errs.pop()
+
+
+def test_allow_paths_reads_them(tmp_path, capsys) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from trainmem.model.resolve import resolve_model
+    from trainmem.web import create_app
+
+    real = tmp_path / "config.json"
+    real.write_text(json.dumps(dict(resolve_model("qwen2.5-0.5b").hf_config)))
+    with TestClient(create_app(allow_paths=True)) as c:
+        r = _post(c, "/api/estimate", {"model": str(real), "seq_len": 512})
+        assert r.status_code == 200 and r.json() == cli_json(capsys, "estimate", str(real), "--seq-len", "512")
+        missing = _post(c, "/api/estimate", {"model": str(tmp_path / "nope.json")}).json()["error"]
+        assert missing.startswith("no such file")  # the CLI's line, as on the command line
+        plan = _post(c, "/api/plan", {"model": "llama-3.2-1b", "global_batch": 64,
+                                       "cluster": "examples/clusters/dgx-h100-64.toml"})
+        assert plan.status_code == 200, plan.text

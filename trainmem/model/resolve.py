@@ -128,6 +128,12 @@ def _load_json(path: Path) -> Any:
         raise ConfigError(f"cannot read {str(path)!r} as JSON: {exc}") from None
 
 
+def names_a_file(ref: str) -> bool:
+    """True for a reference that can only be a path (``/…``, ``./…``, ``../…``, ``~…``, a backslash, or a
+    ``.json`` name), never a catalog name, size or hub id."""
+    return ref.startswith(("/", "./", "../", "~")) or "\\" in ref or ref.lower().endswith(".json")
+
+
 def _from_path(ref: str) -> ModelSpec | None:
     if not _could_be_path(ref):
         return None
@@ -141,6 +147,9 @@ def _from_path(ref: str) -> ModelSpec | None:
         return None
     if is_dir and not is_file:
         raise UnknownModelError(f"folder {_shown(ref)} holds no config.json")
+    if not is_file and names_a_file(ref):
+        raise UnknownModelError(f"no such file {_shown(ref)} (a model given as a path is a config.json or a "
+                                "folder holding one)")
     if not is_file:
         return None
     cfg = _load_json(path)
@@ -162,13 +171,14 @@ def _from_hub(ref: str) -> tuple[ModelSpec | None, str, str]:
     return spec_from_hf_config(cfg, name=ref, source=f"https://huggingface.co/{ref}/blob/main/config.json"), "", ""
 
 
-def resolve_model(ref: str) -> ModelSpec:
+def resolve_model(ref: str, *, local_paths: bool = True) -> ModelSpec:
     """The ``ModelSpec`` for a catalog name/alias/hub id, a config.json path or folder, or a
-    bare size such as ``7B``; ``UnknownModelError`` otherwise."""
+    bare size such as ``7B``; ``UnknownModelError`` otherwise. ``local_paths=False``: no file is looked
+    at (the web API without ``--allow-paths``)."""
     ref = ref.strip()
     if find_entry(ref) is not None:
         return load_catalog_spec(ref)
-    spec = _from_path(ref)
+    spec = _from_path(ref) if local_paths else None
     if spec is not None:
         return spec
     n_params = parse_size(ref)

@@ -645,6 +645,8 @@ PATTERNS: list[tuple[str, str]] = [
      "未知模型 {m}；Hugging Face Hub 没有返回 config.json（{exc}）：请给出目录中的模型名（{ex!l} 等，"
      "trainmem models 会列出全部）、config.json 的路径或包含它的目录，或 7B、0.5B 这样的规模"),
     ("folder {f} holds no config.json", "目录 {f} 里没有 config.json"),
+    ("no such file {f} (a model given as a path is a config.json or a folder holding one)",
+     "没有这个文件：{f}（以路径给出的模型须是 config.json 或含有它的目录）"),
     ("cannot read {p} as JSON: nested too deeply to be a config.json", "无法把 {p} 读成 JSON：嵌套太深，不可能是 config.json"),
     ("cannot read {p} as JSON: {exc}", "无法把 {p} 读成 JSON：{exc!t}"),
     # what json / the file system say inside "cannot read ... as JSON: {exc}"

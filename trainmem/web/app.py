@@ -130,7 +130,7 @@ async def _answer(request: Request, command: str, view: bool = False) -> Respons
     if err is not None:
         return err
     try:
-        result = await run_in_threadpool(run, command, body)
+        result = await run_in_threadpool(run, command, body, request.app.state.allow_paths)
         extra = await run_in_threadpool(_view, command, body, result) if view else None
     except TrainmemError as exc:
         return _error(422, tr(str(exc), _lang(body)))
@@ -181,10 +181,11 @@ def _add_api_routes(app: FastAPI, command: str) -> None:
              openapi_extra=_openapi_body(command), name=f"view-{command}")(view)
 
 
-def create_app(allowed_hosts: tuple[str, ...] | None = None, lang: str = "en") -> FastAPI:
+def create_app(allowed_hosts: tuple[str, ...] | None = None, lang: str = "en", allow_paths: bool = False) -> FastAPI:
     """The app. ``allowed_hosts``: Host headers accepted (``trainmem serve`` on a loopback address
     passes :data:`LOOPBACK_HOSTS`, against DNS rebinding); None accepts any. ``lang``: the page's
-    language until the user switches it."""
+    language until the user switches it. ``allow_paths``: read local files named in requests (a model's
+    config.json, a cluster file; ``trainmem serve --allow-paths``); off, a path gets one answer, found or not."""
     from importlib.metadata import PackageNotFoundError, version
 
     from trainmem.report.plotlyjs import plotly_js_path
@@ -197,6 +198,7 @@ def create_app(allowed_hosts: tuple[str, ...] | None = None, lang: str = "en") -
     app = FastAPI(title="trainmem", version=ver,
                   description="GPU memory of one training step. Each POST takes the command's options in "
                               "snake_case (plus `model`) and answers the command's `--json` object.")
+    app.state.allow_paths = allow_paths
     for command in _VIEW_COMMANDS:
         _add_api_routes(app, command)
     meta: dict = {}

@@ -115,7 +115,7 @@ def parse(command: str, body: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _estimate(p: dict[str, Any]) -> dict:
+def _estimate(p: dict[str, Any], allow_paths: bool = False) -> dict:
     """``trainmem estimate --json`` (with ``explain``, ``max_micro_batch``): the same object."""
     from trainmem import cli_options as opt
     from trainmem.memory import estimate
@@ -124,25 +124,25 @@ def _estimate(p: dict[str, Any]) -> dict:
 
     check_lang(p["lang"])
     given = opt.setup_fields(p)
-    spec, ts = build_any(p["model"], **given)
+    spec, ts = build_any(p["model"], allow_paths, **given)
     if p.get("max_micro_batch"):
         from trainmem.memory.search import max_micro_batch as search
         return max_micro_batch_json(ts, *search(spec, ts))
     return estimate_json(spec, ts, estimate(spec, ts), explain=bool(p.get("explain")), given=given)
 
 
-def _compare(p: dict[str, Any]) -> dict:
+def _compare(p: dict[str, Any], allow_paths: bool = False) -> dict:
     """``trainmem compare --json``."""
     from trainmem import cli_options as opt
     from trainmem.plan.compare import compare
     from trainmem.web.inputs import build_any
 
     check_lang(p["lang"])
-    spec, ts = build_any(p["model"], **opt.setup_fields(p))
+    spec, ts = build_any(p["model"], allow_paths, **opt.setup_fields(p))
     return compare(spec, ts)
 
 
-def plan_inputs(p: dict[str, Any]):  # noqa: ANN201 - (PlanRequest, sizing)
+def plan_inputs(p: dict[str, Any], allow_paths: bool = False):  # noqa: ANN201 - (PlanRequest, sizing)
     from trainmem.python_api import PLAN_EXTRA_KEYS, plan_checks
     from trainmem.web.inputs import plan_request
 
@@ -150,15 +150,15 @@ def plan_inputs(p: dict[str, Any]):  # noqa: ANN201 - (PlanRequest, sizing)
     sizing = plan_checks(p["global_batch"], p["cluster"], p["gpu"], p["min_gpus"], p["tokens"], p["days"])
     extra = {k: p[k] for k in PLAN_EXTRA_KEYS}
     req = plan_request(p["model"], p["cluster"] or f"1x{p['gpu']}", p["global_batch"], p["seq_len"], p["precision"],
-                       p["margin"], p["top"], p["fix"], extra)
+                       p["margin"], p["top"], p["fix"], extra, allow_paths)
     return req, sizing
 
 
-def _plan(p: dict[str, Any]) -> dict:
+def _plan(p: dict[str, Any], allow_paths: bool = False) -> dict:
     """``trainmem plan --json`` (without ``--export``, which writes files)."""
     from trainmem.python_api import plan_json, plan_sizing
 
-    req, sizing = plan_inputs(p)
+    req, sizing = plan_inputs(p, allow_paths)
     out = plan_sizing(req, p["gpu"], p["min_gpus"], p["tokens"], p["days"]) if sizing else {}
     result = None
     if p["cluster"]:
@@ -187,6 +187,16 @@ _DOCTOR_FILES = {"error": "error.txt", "nvidia_smi": "nvidia-smi.txt"}
 def _config_name(text: str) -> str:
     s = text.lstrip()
     return "config.json" if s.startswith("{") else ("config.toml" if s.startswith("[") or "\n[" in text else "config.yaml")
+
+
+def _doctor_model(ref: str) -> str | dict:
+    """A doctor request's model without ``allow_paths``: a catalog name as it is (the doctor finds it in the
+    catalog before any path), anything else resolved with no file looked at and handed over as its config."""
+    from trainmem.model.catalog import find_entry
+    from trainmem.web.inputs import web_model
+
+    spec = web_model(ref, allow_paths=False)
+    return ref if find_entry(ref.strip()) is not None or not spec.hf_config else dict(spec.hf_config)
 
 
 def _doctor_texts(body: dict[str, Any]) -> dict[str, Any]:
@@ -225,7 +235,7 @@ def _write_doctor_files(tmp: str, texts: dict[str, Any], model: Any) -> dict[str
     return files
 
 
-def _doctor(body: dict[str, Any]) -> dict:
+def _doctor(body: dict[str, Any], allow_paths: bool = False) -> dict:
     """``trainmem doctor --json`` for pasted texts: they are written as files in a private temporary
     folder, whose path is taken out of the answer and of any error line (they name ``error.txt``, …)."""
     import json
@@ -241,9 +251,12 @@ def _doctor(body: dict[str, Any]) -> dict:
     texts = _doctor_texts(body)
     p = parse("doctor", {k: v for k, v in body.items() if k not in _DOCTOR_TEXT})
     check_lang(p["lang"])
+    model = p.get("model")
+    if isinstance(model, str) and not allow_paths:
+        model = _doctor_model(model)
     with tempfile.TemporaryDirectory(prefix="trainmem-web-") as tmp:
-        files = _write_doctor_files(tmp, texts, p.get("model"))
-        model = files.get("model", p.get("model"))
+        files = _write_doctor_files(tmp, texts, model)
+        model = files.get("model", model)
         inp = inputs(error=files.get("error"), logs=files["logs"], nvidia_smi=files.get("nvidia_smi"),
                      config=files.get("config"), model=model, flags=opt.setup_fields(p))
         prefix = tmp + os.sep
@@ -272,13 +285,15 @@ def doctor_steps(body: dict[str, Any]) -> list[dict] | None:
 _RUNNERS = {"estimate": _estimate, "compare": _compare, "plan": _plan}
 
 
-def run(command: str, body: dict[str, Any]) -> dict:
-    """The CLI's ``--json`` object of ``command`` for a request body (TrainmemError on bad input)."""
+def run(command: str, body: dict[str, Any], allow_paths: bool = False) -> dict:
+    """The CLI's ``--json`` object of ``command`` for a request body (TrainmemError on bad input). A local path
+    (a model's config.json, a cluster file) is read only with ``allow_paths`` (``trainmem serve --allow-paths``);
+    without it, a path is refused with the same line whether it exists or not."""
     if command == "doctor":
-        return _doctor(body)
+        return _doctor(body, allow_paths)
     if command not in _RUNNERS:
         raise ConfigError(f"{command}: not one of {', '.join(COMMANDS)}")
-    return _RUNNERS[command](parse(command, body))
+    return _RUNNERS[command](parse(command, body), allow_paths)
 
 
 # --------------------------------------------------------------------------- OpenAPI

@@ -169,6 +169,15 @@ EXACT: dict[str, str] = {
 }
 
 PATTERNS: list[tuple[str, str]] = [
+    # inputs.py: no local file read without --allow-paths
+    ("model {ref}: this server reads no local files (start it with trainmem serve --allow-paths); paste the "
+     "config.json, or give a catalog name, a hub id or a size",
+     "模型 {ref}：此服务不读取本地文件（要读取请用 trainmem serve --allow-paths 启动）；请粘贴 config.json，"
+     "或给出目录中的模型名、Hugging Face Hub id 或参数量"),
+    ("cluster {ref}: this server reads no local files (start it with trainmem serve --allow-paths); write the "
+     "pool as a spec, e.g. 8xH100-SXM-80G",
+     "集群 {ref}：此服务不读取本地文件（要读取请用 trainmem serve --allow-paths 启动）；请写成规格，"
+     "例如 8xH100-SXM-80G"),
     # ------------------------------------------------------------------ charts.py
     ("GPU memory ({gpu:w})", "GPU 显存（{gpu}）"),
     ("GPU memory {g:d} GiB: above this chart", "GPU 显存 {g} GiB：高于图的上沿"),
