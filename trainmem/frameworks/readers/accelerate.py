@@ -38,7 +38,11 @@ def read_accelerate(r: Reading, base: Path) -> None:
         raise r.refuse("mixed_precision fp8 under Accelerate is not modelled; use bf16")
     if kind in ("NO", "MULTI_GPU"):
         r.set("engine", "torch", f"distributed_type {kind}")
-        r.set("precision", {"bf16": "amp-bf16", "fp16": "amp-fp16"}.get(mp, "fp32"), "mixed_precision")
+        if mp == "no":
+            r.default("precision", "fp32", "mixed_precision no: no autocast, fp32 weights unless the script loads "
+                                           "them in bf16 (then give --precision bf16)")
+        else:
+            r.set("precision", f"amp-{mp}", "mixed_precision")
     elif kind == "FSDP":
         _fsdp(r, mp)
     elif kind == "DEEPSPEED":
@@ -65,7 +69,8 @@ def _fsdp(r: Reading, mp: str) -> None:
     elif mp == "fp16":
         r.set("precision", "amp-fp16", "mixed_precision fp16")
     else:
-        r.set("precision", "fp32", "mixed_precision no")
+        r.default("precision", "fp32", "mixed_precision no: no autocast, fp32 weights unless the script loads them in "
+                                       "bf16 (then give --precision bf16)")
 
 
 def _deepspeed(r: Reading, base: Path, mp: str) -> None:

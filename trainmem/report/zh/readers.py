@@ -51,6 +51,8 @@ EXACT: dict[str, str] = {
     "torch.optim default (foreach on CUDA)": "torch.optim 的默认实现（CUDA 上为 foreach）",
     "a *_distributed recipe": "*_distributed 配方",
     "qlora_ builder": "qlora_ 构建函数",
+    "mixed_precision no: no autocast, fp32 weights unless the script loads them in bf16 (then give --precision bf16)":
+        "mixed_precision no：不开 autocast，权重为 fp32，除非脚本以 bf16 加载（那时请给 --precision bf16）",
     "LoRA on no module: every lora_query/key/value/projection/mlp/head is false":
         "LoRA 没有作用在任何模块上：lora_query/key/value/projection/mlp/head 全为 false",
     # ------------------------------------------------------------------ refusals (after "--from FILE: ")
