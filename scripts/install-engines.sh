@@ -8,8 +8,7 @@ pip install -q setuptools
 DS_BUILD_OPS=0 pip install -q --no-build-isolation deepspeed==0.19.5
 pip install -q accelerate==1.15.0 tyro==1.0.17
 pip install -q --no-deps torchtitan==0.2.2
-# TRL's SFTConfig/ModelConfig check the --from reader of TRL files (tests/frameworks); pure Python, imports offline
-pip install -q --no-deps trl==1.16.0
-# The frameworks whose shipped defaults tests/frameworks/test_stacks.py reads (--stack): their config dataclasses,
+# The frameworks whose shipped defaults tests/frameworks/test_stacks.py reads (--stack; TRL's dataclasses also check
+# the --from reader, tests/frameworks/test_readers_loaders.py): their config dataclasses,
 # setup() signatures and recipe YAMLs, without their training dependencies (datasets, torchao, bitsandbytes).
 pip install -q --no-deps torchtune==0.6.1 trl==1.16.0 litgpt==0.5.13
