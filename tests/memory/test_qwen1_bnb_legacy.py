@@ -104,14 +104,20 @@ def test_legacy_matmul4bit_keeps_each_distinct_16bit_input():
     spec, setup = build("llama-2-7b", qlora_impl="bnb-legacy", **LITGPT)
     assert legacy_matmul4bit_input_bytes_per_token(spec, setup, 0, kernel_keeps_out=True) == 38_400
     assert legacy_matmul4bit_input_bytes_per_token(spec, setup, 0, kernel_keeps_out=False) == 38_400 + 2 * 4096
+    # first layer, frozen input: nothing before (and at) the first adapted linear's input requires grad
+    assert legacy_matmul4bit_input_bytes_per_token(spec, setup, 0, kernel_keeps_out=True, input_frozen=True) == 30_208
+    mlp_only, s2 = build("llama-2-7b", qlora_impl="bnb-legacy", **{**LITGPT, "lora_targets": "down_proj"})
+    assert legacy_matmul4bit_input_bytes_per_token(mlp_only, s2, 0, kernel_keeps_out=True, input_frozen=True) == 0
 
 
 def test_bnb_legacy_peak_adds_every_layers_inputs_and_one_layer_under_recompute():
-    """No checkpointing: 32 layers x 38,400 B x 1,024 tokens = 1,258,291,200 B more at the backward peak;
-    with HF's reentrant checkpointing only the layer being recomputed keeps them: 39,321,600 B."""
+    """No checkpointing: 31 layers x 38,400 B + layer 0's 30,208 B (its q/k/v read the norm of the frozen
+    embedding, which needs no grad: ``ctx.tensors = (A, B)`` only ``if any(ctx.needs_input_grad[:2])``) over
+    1,024 tokens = 1,249,902,592 B more at the backward peak; with HF's reentrant checkpointing (the layer input
+    requires grad) only the layer being recomputed keeps them: 39,321,600 B."""
     new = estimate(*build("llama-2-7b", qlora_impl="bnb", **LITGPT)).peak_allocated_bytes
     old = estimate(*build("llama-2-7b", qlora_impl="bnb-legacy", **LITGPT)).peak_allocated_bytes
-    assert old - new == 32 * 38_400 * 1024 == 1_258_291_200
+    assert old - new == (31 * 38_400 + 30_208) * 1024 == 1_249_902_592
     new_ac = estimate(*build("llama-2-7b", qlora_impl="bnb", recompute="full", **LITGPT)).peak_allocated_bytes
     old_ac = estimate(*build("llama-2-7b", qlora_impl="bnb-legacy", recompute="full", **LITGPT)).peak_allocated_bytes
     assert old_ac - new_ac == 38_400 * 1024

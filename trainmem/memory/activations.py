@@ -292,7 +292,8 @@ def _bnb_legacy_term(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, toke
     (trainmem/memory/bnb_legacy.py); the attention output is already kept where the fused kernel saves it."""
     from trainmem.memory.bnb_legacy import legacy_matmul4bit_input_bytes_per_token
     keeps_out = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup)
-    per_token = legacy_matmul4bit_input_bytes_per_token(spec, setup, layer_idx, keeps_out)
+    frozen_input = layer_idx == 0 and not lora_input_requires_grad(setup)
+    per_token = legacy_matmul4bit_input_bytes_per_token(spec, setup, layer_idx, keeps_out, frozen_input)
     return Term("bnb_legacy_matmul4bit_input", "mlp", per_token * tokens, False)
 
 

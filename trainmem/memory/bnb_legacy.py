@@ -36,18 +36,30 @@ __all__ = ["legacy_matmul4bit_input_bytes_per_token"]
 _KERNEL_KEPT = frozenset({"attn_out"})
 
 
+#: The order in which a decoder layer's linears read their inputs (forward order of ``LoraLinear.reads``).
+_READ_ORDER = {"attn_in": 0, "q_a": 1, "kv_a": 1, "attn_out": 2, "mlp_in": 3, "shared_act": 4, "mlp_act": 4}
+
+
 def legacy_matmul4bit_input_bytes_per_token(spec: ModelSpec, setup: TrainingSetup, layer_idx: int,
-                                            kernel_keeps_out: bool) -> int:
+                                            kernel_keeps_out: bool, input_frozen: bool = False) -> int:
     """Bytes per token one decoder layer's 4-bit linears keep beyond current bitsandbytes: each distinct 16-bit
     input tensor once (2 B per element of its width; ``reads`` groups the linears that read one tensor), or,
     under autocast, one 16-bit cast per linear of the fp32 norm outputs (``attn_in``, ``mlp_in``); the
     attention output is not counted when the fused kernel already keeps it. Every ``nn.Linear`` of the layer is
-    a 4-bit one under QLoRA (PEFT/HF ``load_in_4bit`` quantises all but the LM head)."""
+    a 4-bit one under QLoRA (PEFT/HF ``load_in_4bit`` quantises all but the LM head).
+
+    ``ctx.tensors = (A, B)`` only ``if any(ctx.needs_input_grad[:2])``: with ``input_frozen`` (the first layer
+    of a run whose input needs no grad) an input requires grad only downstream of the layer's first adapter, so
+    the groups read up to and including the first adapted linear's keep nothing."""
+    from trainmem.model.lora_targets import targeted_layer_linears
+
     amp = setup.precision.startswith("amp")
+    first_adapted = min((_READ_ORDER.get(lin.reads, 0) for lin in targeted_layer_linears(spec, setup.lora_targets, layer_idx)),
+                        default=len(_READ_ORDER)) if input_frozen else -1
     seen: set[str] = set()
     total = 0
     for lin in layer_linears(spec, layer_idx):
-        if kernel_keeps_out and lin.reads in _KERNEL_KEPT:
+        if (kernel_keeps_out and lin.reads in _KERNEL_KEPT) or _READ_ORDER.get(lin.reads, 0) <= first_adapted:
             continue
         per_linear = amp and lin.reads in ("attn_in", "mlp_in")
         if lin.reads in seen and not per_linear:
