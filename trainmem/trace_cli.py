@@ -42,6 +42,10 @@ def register(app: typer.Typer) -> None:
         if device not in ("fake", "cuda"):
             raise ConfigError(f"device: {device!r} is not one of fake, cuda")
         spec, setup = build(model, **opt.setup_fields(setup_args))
+        if device == "cuda" and setup.compile:
+            from trainmem.errors import UnsupportedError
+            raise UnsupportedError("cannot trace --compile with --device cuda (the compiled layer is traced on fake "
+                                   "tensors: drop --device); use `trainmem estimate`")
         if device == "cuda":
             from trainmem.trace.cuda import cuda_step
 
@@ -56,6 +60,10 @@ def register(app: typer.Typer) -> None:
         from trainmem.trace.support import check_traceable
 
         check_trace_size(spec, setup)
+        if setup.compile:  # the compiled layer itself, partitioned by torch on fake tensors (trace/compiled.py)
+            from trainmem.trace.compiled import print_compiled_trace
+            print_compiled_trace(spec, setup, as_json, lang)
+            return
         check_traceable(spec, setup)  # one line, before any progress bar
         result = _trace_with_progress(spec, setup, quiet=as_json)
         if compare:

@@ -1,0 +1,160 @@
+"""``trainmem trace --compile``: what one compiled decoder layer keeps for backward at the run's real size,
+decided by torch's own partitioner, against ``estimate --compile``.
+
+The fake-tensor step tracer cannot run ``torch.compile`` (Dynamo does not trace under the tracer's
+``TorchDispatchMode`` stack and falls back to eager), so this traces the compiled layer alone: a two-layer copy of
+the model is built on fake tensors (no memory, any size), its first decoder layer is compiled with
+``backend="aot_eager_decomp_partition"`` (torch/_dynamo/backends/debugging.py, torch 2.13: AOTAutograd with
+inductor's decompositions and ``min_cut_rematerialization_partition``, the partition inductor itself makes,
+without generating kernels), checkpointed inside the compiled region under ``--recompute full`` (torchtitan's
+apply_ac then apply_compile), and one forward records what autograd keeps (``saved_tensors_hooks``, by storage;
+parameters and what the eager second layer also keeps — rotary cos/sin — left out, as the CPU generator state a
+compiled checkpoint saves, host memory on a GPU). Attention dropout is set to 0 in the copy: CUDA's flash
+kernel keeps no mask for it, where the CPU's SDPA would fall back to its math kernel. Autocast recipes run CPU autocast (CUDA's op lists are not
+importable without CUDA; for these layers the saved set is the same, tests/memory/test_compile.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainmem.model.spec import ModelSpec
+    from trainmem.setup import TrainingSetup
+
+__all__ = ["CompiledLayerTrace", "trace_compiled_layer"]
+
+_BACKEND = "aot_eager_decomp_partition"
+
+
+@dataclass(frozen=True)
+class CompiledLayerTrace:
+    model: str
+    tokens: int
+    saved_bytes: int
+    """What the compiled layer keeps for backward, as the partitioner decided (autocast: its 16-bit weight casts)."""
+    estimate_bytes: int
+    """``estimate --compile``'s layer (:func:`trainmem.memory.compile.compiled_layer_saved`, the checkpointed input
+    under full recompute), plus autocast's 16-bit weight copies (2 B per matmul weight, as the estimate counts)."""
+    tensors: list[tuple[tuple[int, ...], str, int]] = field(default_factory=list)
+    method: str = _BACKEND
+
+    def to_dict(self) -> dict:
+        err = (self.estimate_bytes - self.saved_bytes) / self.saved_bytes if self.saved_bytes else 0.0
+        return {"model": self.model, "tokens": self.tokens, "compiled_layer_saved_bytes": self.saved_bytes,
+                "estimate_layer_bytes": self.estimate_bytes, "relative_error": err, "method": self.method,
+                "saved_tensors": [{"shape": list(s), "dtype": d, "bytes": n} for s, d, n in self.tensors]}
+
+
+def _two_layer_model(spec: "ModelSpec", setup: "TrainingSetup"):  # noqa: ANN202
+    import torch
+    import transformers
+
+    cfg = copy.deepcopy(spec.hf_config)
+    model_type = cfg.pop("model_type", spec.model_type)
+    for k in ("architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype", "auto_map"):
+        cfg.pop(k, None)
+    cfg["n_layer" if model_type == "gpt2" else "num_hidden_layers"] = 2
+    if isinstance(cfg.get("layer_types"), list):
+        cfg["layer_types"] = cfg["layer_types"][:2]
+    for key in ("attn_pdrop", "attention_dropout"):  # (CUDA's flash kernel keeps no dropout mask; the CPU's
+        if key in cfg:                                 # SDPA would take its math kernel and keep s² tensors)
+            cfg[key] = 0.0
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
+    config.use_cache = False
+    from trainmem.memory.activations import is_amp
+    dtype = torch.float32 if (setup.precision == "fp32" or is_amp(setup)) else (
+        torch.float16 if setup.precision in ("fp16", "amp-fp16") else torch.bfloat16)
+    model = getattr(transformers, spec.architecture)._from_config(config, attn_implementation=setup.attn, dtype=dtype)
+    model.train()
+    layers = model.transformer.h if model_type == "gpt2" else model.model.layers
+    return model, layers, config
+
+
+def trace_compiled_layer(spec: "ModelSpec", setup: "TrainingSetup") -> CompiledLayerTrace:
+    """Partition and run one compiled decoder layer of ``spec`` at ``setup``'s micro-batch on fake tensors."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from trainmem.memory.activations import is_amp
+    from trainmem.memory.compile import compiled_layer_saved
+
+    torch._dynamo.reset()
+    state = {"inside": False}
+    inner: dict[StorageWeakRef, tuple[tuple[int, ...], str, int]] = {}
+    outer: set[StorageWeakRef] = set()
+    rng_numel = torch.get_rng_state().numel()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype == torch.uint8 and t.dim() == 1 and t.numel() == rng_numel:
+            return t  # (the CPU generator's state a compiled checkpoint keeps: host memory)
+        key = StorageWeakRef(t.untyped_storage())
+        if state["inside"]:
+            inner[key] = (tuple(t.shape), str(t.dtype).removeprefix("torch."), t.untyped_storage().nbytes())
+        else:
+            outer.add(key)
+        return t
+
+    from trainmem.trace.hf_eager import eager_branches
+
+    with FakeTensorMode(), eager_branches():  # (no packed-sequence mask: SDPA's is_causal path, as on CUDA)
+        model, layers, config = _two_layer_model(spec, setup)
+        params = {StorageWeakRef(p.untyped_storage()) for p in model.parameters()}
+        layer = layers[0]
+        weights = sum(p.numel() for p in layer.parameters() if p.dim() == 2)
+        fwd = layer.forward
+        if setup.recompute == "full":
+            from torch.utils.checkpoint import checkpoint
+
+            def fwd(*args, _f=layer.forward, **kwargs):  # noqa: ANN001, ANN202, F811
+                return checkpoint(_f, *args, use_reentrant=False, **kwargs)
+        compiled = torch.compile(fwd, backend=_BACKEND)
+
+        def marked(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            state["inside"] = True
+            try:
+                return compiled(*args, **kwargs)
+            finally:
+                state["inside"] = False
+        layer.forward = marked
+        ids = torch.randint(0, int(config.vocab_size), (setup.micro_batch, setup.seq_len))
+        amp_dtype = torch.float16 if setup.precision == "amp-fp16" else torch.bfloat16
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+                torch.autocast("cpu", dtype=amp_dtype, enabled=is_amp(setup)):
+            model(input_ids=ids, use_cache=False)
+    kept = {k: v for k, v in inner.items() if k not in params and k not in outer}
+    est = compiled_layer_saved(spec, setup, 0)
+    est_bytes = est.total_bytes if setup.recompute != "full" else \
+        next(t.bytes for t in est.terms if t.name == "layer_input")
+    if is_amp(setup) and setup.recompute != "full":
+        est_bytes += 2 * weights  # autocast's 16-bit weight copies, kept by the matmuls (the estimate's copies)
+    return CompiledLayerTrace(model=spec.name, tokens=setup.micro_batch * setup.seq_len,
+                              saved_bytes=sum(n for _, _, n in kept.values()), estimate_bytes=est_bytes,
+                              tensors=sorted(kept.values(), key=lambda v: -v[2]))
+
+
+def print_compiled_trace(spec: "ModelSpec", setup: "TrainingSetup", as_json: bool, lang: str = "en") -> None:
+    """``trainmem trace --compile``: the traced compiled layer against the estimate (JSON or a few lines)."""
+    import json
+
+    res = trace_compiled_layer(spec, setup)
+    if as_json:
+        print(json.dumps(res.to_dict()))
+        return
+    from rich.console import Console
+
+    from trainmem.report.i18n import tr
+
+    d = res.to_dict()
+    mib = 2 ** 20
+    lines = [f"compiled decoder layer of {spec.name}, {res.tokens:,} tokens (torch's min-cut partitioner on fake "
+             f"tensors): {res.saved_bytes / mib:,.1f} MiB kept for backward",
+             f"estimate --compile: {res.estimate_bytes / mib:,.1f} MiB per layer ({100 * d['relative_error']:+.2f} %)"]
+    console = Console()
+    for line in lines:
+        console.print(tr(line, lang), markup=False)
+    for shape, dtype, n in res.tensors[:12]:
+        console.print(f"  {'x'.join(map(str, shape))} {dtype} {n / mib:,.1f} MiB", markup=False)
