@@ -37,6 +37,9 @@ SEQ_SHARE = 0.25
 to be offered (below it, halving them saves little)."""
 BASE_SHARE = 0.30
 """The frozen base weights must be at least this share of the estimated peak for a 4-bit base to be offered."""
+MIN_SAVING = 0.02
+"""A fix that frees less than this share of the estimated peak and does not make the run fit is not offered (halving
+the sequences can move the peak to the optimizer step and save almost nothing)."""
 _NOT_CUDA = re.compile(r"^(?:MI\d|Ascend)")
 """Catalog GPUs a CUDA job does not move to by changing one flag (ROCm, Ascend)."""
 
@@ -112,6 +115,10 @@ def _dynamic_share(exp: Expected) -> float:
     return dyn / e.peak_allocated_bytes if e.peak_allocated_bytes else 0.0
 
 
+def _negligible(exp: Expected, saves: int, fits: bool) -> bool:
+    return saves <= 0 or (not fits and saves < MIN_SAVING * exp.estimate.peak_allocated_bytes)
+
+
 def shorter_seq_fix(exp: Expected, longer_than_stated: bool = False) -> Fix | None:
     """Half the sequence length (cutoff_len, max_seq_length, truncation of the longest samples), estimated: offered
     when the step's dynamic memory is at least :data:`SEQ_SHARE` of the peak, or when the evidence shows the run
@@ -125,7 +132,7 @@ def shorter_seq_fix(exp: Expected, longer_than_stated: bool = False) -> Fix | No
         return None
     _, e2 = got
     saves = exp.estimate.peak_allocated_bytes - e2.peak_allocated_bytes
-    if saves <= 0:
+    if _negligible(exp, saves, e2.fits):
         return None
     return Fix(f"shorter or truncated sequences (--seq-len {n}: cutoff_len / max_seq_length / max_length; truncate "
                "or drop the longest samples)", saves, 0.0, bool(e2.fits))
@@ -143,7 +150,7 @@ def qlora_fix(exp: Expected) -> Fix | None:
         return None
     s2, e2 = got
     saves = e.peak_allocated_bytes - e2.peak_allocated_bytes
-    if saves <= 0:
+    if _negligible(exp, saves, e2.fits):
         return None
     return Fix("quantized base, QLoRA (--qlora: bitsandbytes load_in_4bit, LLaMA-Factory quantization_bit 4)", saves,
                _slowdown(exp, s2), bool(e2.fits))
