@@ -21,26 +21,6 @@ __all__ = ["EXACT", "PATTERNS"]
 
 EXACT: dict[str, str] = {
     # --compile (memory/compile.py)
-    "tensor or context parallelism": "张量并行或上下文并行",
-    "--recompute selective (op-level checkpointing)": "--recompute selective（算子级检查点）",
-    "fp8 linears": "fp8 线性层",
-    "--compile is modelled with --attn sdpa or flash (a compiled eager softmax is not measured)":
-        "--compile 只对 --attn sdpa 或 flash 建模（编译后的 eager softmax 未实测）",
-    "--compile with a masked or math-kernel attention (sliding window, fp32 with GQA) is not modelled; use a 16-bit "
-    "recipe without a window": "--compile 与带掩码或走 math 内核的 attention（滑动窗口、fp32 加 GQA）的组合未建模；"
-        "请用不带窗口的 16 位方案",
-    "torch.compile: each decoder layer compiled (torchtitan apply_compile, torchtune compile): saved tensors as the "
-    "min-cut partitioner keeps them (torch/_functorch/partitioners.py, torch 2.13); embeddings, final norm, head and "
-    "loss eager (HF Trainer's whole-model compile saves a little less); eager kernels' temporaries; step time "
-    "unchanged (no cited compile speed-up factor)":
-        "torch.compile：每个 decoder 层单独编译（torchtitan apply_compile、torchtune compile）：保存的张量按 min-cut "
-        "分割器的选择计算（torch/_functorch/partitioners.py，torch 2.13）；embedding、最后的 norm、输出层和 loss 按 eager "
-        "计算（HF Trainer 的整模型编译保存得略少）；临时张量按 eager 内核计；step 时间不变（没有可引用的编译加速系数）",
-    "torch.compile with --recompute full: each checkpointed block is compiled with its checkpoint (torchtitan "
-    "apply_ac, then apply_compile): it keeps its input; its recompute is the compiled saved set":
-        "torch.compile 加 --recompute full：每个做检查点的 block 连同检查点一起编译（torchtitan 先 apply_ac 再 "
-        "apply_compile）：只保留输入；重算时保存的是编译后的张量集合",
-    # --compile (memory/compile.py)
     "cannot trace --compile with --device cuda (the compiled layer is traced on fake tensors: drop --device); use "
     "`trainmem estimate`": "无法在 --device cuda 下追踪 --compile（编译后的层在 fake tensor 上追踪：去掉 --device）；"
         "请用 `trainmem estimate`",
@@ -440,13 +420,6 @@ EXACT: dict[str, str] = {
 }
 
 PATTERNS: list[tuple[str, str]] = [
-    # ------------------------------------------------------------------ --compile (memory/compile.py)
-    ("--compile is modelled for --engine torch or fsdp2 (torchtitan, torchtune, HF Trainer); {e:w}'s compiled step "
-     "is not", "--compile 只对 --engine torch 或 fsdp2 建模（torchtitan、torchtune、HF Trainer）；{e} 的编译训练步未建模"),
-    ("--compile with {why} is not modelled; use --compile with full fine-tuning, --recompute none or full",
-     "--compile 与 {why!t} 的组合未建模；请在全参数微调、--recompute none 或 full 下使用 --compile"),
-    ("--compile is modelled for {fams} (their compiled layers measured); not for {mt:w}",
-     "--compile 只对 {fams!l} 建模（这些族编译后的层已实测）；{mt} 未建模"),
     # ------------------------------------------------------------------ --compile (memory/compile.py)
     ("compiled decoder layer of {m:w}, {n:d} tokens (torch's min-cut partitioner on fake tensors): {x:d} MiB kept "
      "for backward", "{m} 编译后的一个 decoder 层，{n} 个 token（torch 的 min-cut 分割器，在 fake tensor 上运行）："
