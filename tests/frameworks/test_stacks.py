@@ -166,6 +166,8 @@ def test_torchtitan_is_job_config_defaults() -> None:
     assert value("torchtitan", "precision") == "amp-bf16" and value("torchtitan", "engine") == "fsdp2"
     assert value("torchtitan", "seq_len") == j.training.seq_len and value("torchtitan", "micro_batch") == j.training.local_batch_size
     assert j.compile.enable is False and value("torchtitan", "compile") is False
+    _, ts = build("llama-3.1-8b", stack="torchtitan")  # run_train.sh's allocator setting: a field trainmem lacks
+    assert any(n.startswith("expandable_segments true: the torchtitan default, not modelled by trainmem (") for n in ts.notes)
     assert (j.activation_checkpoint.mode, j.activation_checkpoint.selective_ac_option) == ("selective", "2")
     # every second of llama-3.1-8b's 32 blocks: 16 checkpointed; per stage under pp
     assert (value("torchtitan", "recompute"), value("torchtitan", "recompute_layers")) == ("full", 16)
@@ -230,6 +232,13 @@ def test_explicit_flags_win() -> None:
     # the engine given: hf-trainer under DeepSpeed keeps DeepSpeed's recipe
     _, ts = build("llama-3.1-8b", stack="hf-trainer", engine="deepspeed", zero=2, gpus=8)
     assert ts.precision == "mixed-bf16" and ts.optimizer_impl == "foreach"
+    assert not any(n.startswith("warning:") for n in ts.notes)
+    _, ts = build("llama-3.1-8b", stack="torchtune", engine="deepspeed", gpus=8)
+    assert "warning: torchtune runs on torch, fsdp2, not the deepspeed engine: its defaults are applied where the " \
+           "engine takes them" in ts.notes
+    from tests.report.test_zh import assert_chinese
+    from trainmem.report.i18n import tr
+    assert_chinese(tr(next(n for n in ts.notes if n.startswith("warning:")), "zh"))
 
 
 def test_stack_engine_makes_parallel_flags_valid() -> None:

@@ -116,6 +116,9 @@ def apply_stack(fields: dict[str, Any], stack: str | None = None, spec: ModelSpe
         fields["engine"] = engine.value_for(_run(fields, spec))
         filled.add("engine")
         notes.append(f"engine {_shown(fields['engine'])}: the {st.name} default ({engine.source})")
+    if fields.get("engine") is not None and fields["engine"] not in st.engines:
+        notes.append(f"warning: {st.name} runs on {', '.join(st.engines)}, not the {fields['engine']} engine: "
+                     "its defaults are applied where the engine takes them")
     if _refusal(fields, spec) is not None:  # the flags given (on the stack's engine) are refused by themselves
         return notes
     for d in st.defaults:

@@ -42,6 +42,8 @@ STACK = Stack(
         Default(field="seq_len", value=2048, source=f"{_J} Training.seq_len=2048"),
         Default(field="micro_batch", value=8, source=f"{_J} Training.local_batch_size=8"),
         Default(field="compile", value=False, source=f"{_J} Compile.enable=False"),
+        Default(field="expandable_segments", value=True,
+                source="torchtitan v0.2.2 run_train.sh PYTORCH_ALLOC_CONF=expandable_segments:True"),
     ),
     notes=(
         "every second block is checkpointed in torchtitan; trainmem checkpoints the first half of each stage "

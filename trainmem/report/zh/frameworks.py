@@ -55,5 +55,7 @@ PATTERNS: list[tuple[str, str]] = [
     ("{f:w} {v:w}: the {s:w} default, not applied: {why}", "{f} {v}：{s} 的默认值，未采用：{why!t}"),
     ("{f:w} {v:w}: the {s:w} default ({src})", "{f} {v}：{s} 的默认值（{src}）"),
     ("stack: not a known framework; one of: {names} (got {v})", "stack：不认识的框架；可选：{names}（输入为 {v}）"),
+    ("warning: {s:w} runs on {e}, not the {x:w} engine: its defaults are applied where the engine takes them",
+     "注意：{s} 只在 {e} 上运行，不支持 {x} 引擎：它的默认值只用在该引擎接受的字段上"),
     ("--stack {s:w} runs on {e}; the plan asks for {x}", "--stack {s} 只在 {e} 上运行；这个 plan 要的是 {x}"),
 ]
