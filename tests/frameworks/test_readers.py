@@ -48,8 +48,8 @@ CASES: dict[str, tuple[str, dict]] = {
         stack="torchtune", engine="torch", lora_rank=64, lora_targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
         micro_batch=4, grad_accum=8, precision="bf16", recompute="none", optimizer="adamw", optimizer_impl="fused",
         loss="chunked")),
-    "torchtune_llama3_1_8B_lora.yaml": ("llama-3.1-8b", dict(  # a lora_finetune_distributed config: FSDP2
-        stack="torchtune", engine="fsdp2", zero=3, lora_rank=8,
+    "torchtune_llama3_1_8B_lora.yaml": ("llama-3.1-8b", dict(  # lora_finetune_distributed: FSDP2, --nproc_per_node 2
+        stack="torchtune", engine="fsdp2", zero=3, gpus=2, lora_rank=8,
         lora_targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", micro_batch=2, grad_accum=8,
         precision="bf16", recompute="none", optimizer="adamw", optimizer_impl="fused", loss="chunked")),
     "torchtune_llama3_1_8B_qlora_single_device.yaml": ("llama-3.1-8b", dict(

@@ -155,14 +155,19 @@ def _loss(r: Reading) -> None:
 
 
 def _distributed(r: Reading, text: str) -> None:
-    keys = ("fsdp_cpu_offload", "fsdp_reshard_after_forward", "data_parallel_shard_dim", "tensor_parallel_dim")
-    header = "\n".join(line for line in text.splitlines()[:12] if line.lstrip().startswith("#"))
-    distributed = any(r.get(k) is not None for k in keys) or "_distributed" in header
+    keys = ("fsdp_cpu_offload", "fsdp_reshard_after_forward", "data_parallel_shard_dim", "tensor_parallel_dim", "fsdp")
+    header = "\n".join(line for line in text.splitlines()[:20] if line.lstrip().startswith("#"))
+    run = re.search(r"tune run(?:\s+--nproc_per_node\s+\d+)?\s+(\w+)", header)  # the recipe the header runs
+    named = run[1] if run else (re.search(r"in (\w+)\.py", header) or [None, ""])[1]
+    distributed = any(r.get(k) is not None for k in keys) or named.endswith(("_distributed", "_fsdp2"))
     if not distributed:
         r.default("engine", "torch", f"{_WHO}: a single-device recipe (no fsdp_* key, the header names none "
                                      "*_distributed)")
         return
     r.set("engine", "fsdp2", "a *_distributed recipe (FSDP2 fully_shard)")
+    n = re.search(r"--nproc_per_node\s+(\d+)", header)
+    if n and int(n[1]) > 1:
+        r.default("gpus", int(n[1]), f"the header's tune run --nproc_per_node {n[1]}")
     reshard = r.bool_("fsdp_reshard_after_forward", True)
     r.set("zero", 3 if reshard else 2, "fsdp_reshard_after_forward" + ("" if r.has("fsdp_reshard_after_forward")
                                                                         else f" ({_WHO} default True)"))

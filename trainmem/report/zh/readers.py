@@ -144,6 +144,7 @@ PATTERNS: list[tuple[str, str]] = [
     ("{p:w}: the base loaded in {p2:w}, the adapters upcast to fp32", "{p}：基座以 {p2} 加载，适配器升到 fp32"),
     ("{p:w}: trainable weights upcast to fp32 under autocast", "{p}：可训练权重升到 fp32，在 autocast 下计算"),
     ("{p}bf16/fp16 not enabled", "{p}bf16/fp16 未开启"),
+    ("the header's tune run --nproc_per_node {n:d}", "文件头里的 tune run --nproc_per_node {n}"),
     ("{src} / devices / micro-batch", "{src!t} / 卡数 / micro-batch"),
     ("{src} / pipeline_parallel_microbatch_size", "{src!t} 除以 pipeline_parallel_microbatch_size"),
     ("{p}data_parallel_shard_degree -1 takes what the world size leaves, which the file does not say: dp 1 (give "
