@@ -57,6 +57,8 @@ def plan_cmd(
                                                         "optimizer, attn, loss, loop, LoRA targets (docs/stacks.md)")] = None,
     offload_activations: Annotated[bool, _Opt("--offload-activations", help="torch/fsdp2 plans without pp: saved "
                                               "activations in pinned host memory (torchtune/TRL OffloadActivations)")] = False,
+    compile_: Annotated[bool, _Opt("--compile", help="torch/fsdp2 plans: each decoder layer torch.compile'd "
+                                                    "(trainmem/memory/compile.py)")] = False,
     as_json: opt.Json = False, lang: opt.Lang = "en",
 ) -> None:
     """The fastest training configurations that fit a GPU pool (or how many GPUs a model needs)."""
@@ -71,7 +73,7 @@ def plan_cmd(
     extra = {"optimizer": optimizer, "attn": attn, "lora_rank": lora_rank, "qlora": qlora or None,
              "lora_targets": lora_targets, "attn_kernel": attn_kernel, "grad_reduce_16bit": grad_reduce_16bit or None,
              "fp8_params": fp8_params or None, "async_tp": async_tp or None,
-             "offload_activations": offload_activations or None}
+             "offload_activations": offload_activations or None, "compile": compile_ or None}
     engines = _export_engines(export) if export else None
     if stack:  # the framework's engines, and its defaults for what the planner does not search
         from trainmem.frameworks import plan_stack

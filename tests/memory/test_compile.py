@@ -127,3 +127,15 @@ def test_every_compile_message_has_its_chinese_entry() -> None:
     msgs += compile_assumptions(make_setup(compile=True, recompute="full"))
     for m in msgs:
         assert m and tr(m, "zh") != m, m
+
+
+def test_plan_compile_keeps_the_configurations_compile_is_modelled_for(capsys) -> None:
+    import json
+
+    from trainmem.cli import main
+
+    assert main(["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "64", "--compile",
+                 "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert plans and all(p["engine"] in ("torch", "fsdp2") and p["tp"] == p["cp"] == 1
+                         and p["recompute"] != "selective" for p in plans), plans
