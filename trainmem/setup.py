@@ -561,6 +561,6 @@ def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
     if setup.seq_len > spec.max_position_embeddings and spec.position == "learned":
         raise ConfigError(f"seq_len({setup.seq_len}) > max_position_embeddings({spec.max_position_embeddings}) of a model with learned positions")
     if setup.is_lora:  # PEFT's module names for this family, all-linear, rank <= min(in, out)
-        from trainmem.model.lora_targets import check_head_target, check_lora_targets
+        from trainmem.model.lora_targets import check_lora_targets, check_targets_for_setup
         check_lora_targets(spec, setup.lora_targets, setup.lora_rank)
-        check_head_target(spec, setup)
+        check_targets_for_setup(spec, setup)

@@ -87,3 +87,61 @@ def test_paged_optimizer_pages_the_head_adapter() -> None:
     spec, s = _b(lora_targets="q_proj,lm_head", optimizer="paged-adamw")
     spec0, s0 = _b(lora_targets="q_proj", optimizer="paged-adamw")
     assert paged_optimizer_state_bytes(spec, s) - paged_optimizer_state_bytes(spec0, s0) == 8 * V * R
+
+
+@pytest.mark.parametrize("groups,enable", [(8, (True, False, True)), (2, (True, False, True)), (2, (False, True, False)),
+                                           (1, (True, True, True))])
+def test_qkv_slices_saved_tensors_equal_litgpts(groups: int, enable: tuple[bool, bool, bool]) -> None:
+    """Real tensors, bf16, ``saved_tensors_hooks`` around litgpt 0.5.13's LoRAQKVLinear: it keeps x once, ``after_A``
+    (r·n per token) and, unless all three slices are on, ``zero_pad``'s ``index_copy_`` source (Σ widths); trainmem's
+    adapter terms for ``qkv.*`` targets (bf16 adapters, as litgpt runs them) are the same bytes."""
+    torch = pytest.importorskip("torch")
+    lora = pytest.importorskip("litgpt.lora")
+    from trainmem.memory.activations import layer_saved
+    from trainmem.model.hf import spec_from_hf_config
+    from trainmem.setup import make_setup
+
+    h, d, r, heads, b, s = 256, 32, 8, 8, 2, 64
+    mod = lora.LoRAQKVLinear(in_features=h, out_features=(heads + 2 * groups) * d, head_size=d, n_head=heads,
+                             n_query_groups=groups, r=r, lora_alpha=16, enable_lora=enable, bias=False)
+    mod = mod.to(torch.bfloat16)
+    lora.mark_only_lora_as_trainable(mod)
+    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+    params = {p.untyped_storage().data_ptr() for p in mod.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in params and t.is_floating_point():  # (not lora_ind, int64)
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        mod(x)
+    spec = spec_from_hf_config(dict(model_type="llama", hidden_size=h, intermediate_size=688, num_hidden_layers=2,
+                                    num_attention_heads=heads, num_key_value_heads=groups, head_dim=d,
+                                    vocab_size=512), name="litgpt-shape")
+    targets = ",".join(x for x, on in zip(("qkv.q", "qkv.k", "qkv.v"), enable) if on)
+    setup = make_setup(precision="bf16", seq_len=s, micro_batch=b, lora_rank=r, lora_targets=targets,
+                       adapter_dtype="bf16")
+    terms = sum(t.bytes for t in layer_saved(spec, setup, 1).terms if t.component == "lora")
+    assert terms == sum(saved.values())
+
+
+def test_qkv_slice_refusals_and_counts() -> None:
+    """Falcon-7B (multi-query: 71 heads of 64, one kv head) with litgpt's lora_query + lora_value, rank 16: per
+    layer r·(4544 + 4544) + r·(4544 + 64) = 219,136; 32 layers. On Llama the same count as q_proj,v_proj, plus the
+    zero_pad source (2·(4096 + 1024) B per token per layer) in the activations."""
+    spec, s = build("falcon-7b", lora_rank=16, lora_targets="qkv.q,qkv.v", adapter_dtype="bf16")
+    assert lora_param_count(spec, s) == 32 * 219_136 == 7_012_352
+    sl = estimate(*_b(lora_targets="qkv.q,qkv.v", adapter_dtype="bf16")).to_dict()
+    qv = estimate(*_b(lora_targets="q_proj,v_proj", adapter_dtype="bf16")).to_dict()
+    assert sl["n_trainable_params"] == qv["n_trainable_params"]
+    assert sl["breakdown_at_peak_bytes"]["activations"] - qv["breakdown_at_peak_bytes"]["activations"] == \
+        L * 2 * (H + 1024) * T
+    for kw, msg in [(dict(lora_targets="qkv.q"), "use --adapter-dtype bf16"),
+                    (dict(lora_targets="qkv.q,q_proj", adapter_dtype="bf16"), "adapted twice"),
+                    (dict(lora_targets="qkv.v,all-linear", adapter_dtype="bf16"), "adapted twice")]:
+        with pytest.raises(ConfigError, match=msg):
+            _b(**kw)
+    with pytest.raises(ConfigError, match="need a decoder with q/k/v heads"):
+        build("deepseek-v2-lite", lora_rank=8, lora_targets="qkv.q", adapter_dtype="bf16")

@@ -125,3 +125,27 @@ def test_default_targets_mean_attention_on_other_families() -> None:
     gpt2 = _spec("gpt2")
     validate_for_model(s, gpt2)
     assert lora_param_count_model(gpt2, s.lora_targets, 8) == lora_param_count_model(gpt2, ("c_attn", "attn.c_proj"), 8)
+
+
+@pytest.mark.parametrize("heads,groups,enable", [(8, 8, (True, False, True)), (8, 2, (True, False, True)),
+                                                 (8, 2, (False, True, False)), (8, 1, (True, True, True))])
+def test_qkv_slices_count_equals_litgpt(heads: int, groups: int, enable: tuple[bool, bool, bool]) -> None:
+    """litgpt 0.5.13's LoRAQKVLinear (``lora_query/key/value`` on its fused ``attn.qkv``): one lora_A (r·n × h) and
+    one lora_B (Σ widths × r); trainmem's ``qkv.q/k/v`` targets on the same shape give its trainable count."""
+    pytest.importorskip("torch")
+    lora = pytest.importorskip("litgpt.lora")
+    h, d, r, layers = 256, 32, 8, 2
+    cfg = lora.Config(n_layer=layers, n_head=heads, n_query_groups=groups, n_embd=h, head_size=d, block_size=128,
+                      padded_vocab_size=512, vocab_size=512, bias=False, mlp_class_name="LLaMAMLP",
+                      intermediate_size=688, norm_class_name="RMSNorm", lora_r=r, lora_alpha=16,
+                      lora_query=enable[0], lora_key=enable[1], lora_value=enable[2])
+    model = lora.GPT(cfg)
+    lora.mark_only_lora_as_trainable(model)
+    litgpt_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    spec = spec_from_hf_config(dict(model_type="llama", hidden_size=h, intermediate_size=688, num_hidden_layers=layers,
+                                    num_attention_heads=heads, num_key_value_heads=groups, head_dim=d,
+                                    vocab_size=512), name="litgpt-shape")
+    targets = tuple(x for x, on in zip(("qkv.q", "qkv.k", "qkv.v"), enable) if on)
+    assert lora_param_count_model(spec, targets, r) == litgpt_count
+    widths = (heads * d, groups * d, groups * d)
+    assert litgpt_count == layers * sum(r * (h + w) for w, on in zip(widths, enable) if on)

@@ -991,7 +991,8 @@ def _lora_first_layer(spec: ModelSpec, setup: TrainingSetup, adapted, out: list[
            and (core or t.component != "attention")
            and (post or t.component not in ("norm", "dropout"))
            and (mlp or t.name != "mlp_intermediate")]
-    q_grad, k_grad, v_grad = (any(lin.path.endswith(n) for lin in adapted) for n in ("q_proj", "k_proj", "v_proj"))
+    q_grad, k_grad, v_grad = (any(lin.path.endswith(n) or lin.path == "qkv." + n[0] for lin in adapted)
+                              for n in ("q_proj", "k_proj", "v_proj"))
     if setup.attn == "eager" and (q_grad or k_grad or v_grad):
         keep = {"q": k_grad, "k_repeated": q_grad, "v_repeated": q_grad or k_grad,
                 "softmax_fp32": q_grad or k_grad, "probs_16bit": v_grad, "probs": v_grad}
@@ -1046,6 +1047,9 @@ def _lora_adapter_terms(spec: ModelSpec, setup: TrainingSetup, adapted) -> list[
         else:
             out.append(Term(name_in, comp, 4 * lin.fin * T, False))
             out.append(Term(name_a, comp, 4 * rank * T, False))
+    slices = [lin for lin in adapted if lin.path.startswith("qkv.")]  # (litgpt's LoRAQKVLinear, lora_targets.py)
+    if 0 < len(slices) < 3:  # its zero_pad's index_copy_ keeps its source, the Σ-widths lora_B output
+        out.append(Term("lora_input", "lora", compute_bytes(setup) * sum(lin.fout for lin in slices) * T, False))
     return out
 
 

@@ -41,9 +41,13 @@ if TYPE_CHECKING:
 
 __all__ = ["LoraLinear", "ALL_LINEAR", "normalize_targets", "effective_targets", "peft_target_modules",
            "layer_linears", "model_linears", "head_linear", "targeted_layer_linears", "targeted_model_linears",
-           "targeted_head_linear", "check_lora_targets", "check_head_target", "lora_param_count_model"]
+           "targeted_head_linear", "check_lora_targets", "check_head_target", "check_targets_for_setup",
+           "QKV_SLICES", "qkv_slice_linears", "lora_param_count_model"]
 
 ALL_LINEAR = "all-linear"
+#: litgpt's LoRA on slices of its fused attention projection (litgpt/lora.py ``LoRAQKVLinear``, 0.5.13: config
+#: ``lora_query`` / ``lora_key`` / ``lora_value``), as targets: ``qkv.q``, ``qkv.k``, ``qkv.v``.
+QKV_SLICES = ("qkv.q", "qkv.k", "qkv.v")
 
 _EXPERT_NAMES = ("w1", "w2", "w3", "experts", "experts.gate_up_proj", "experts.down_proj", "gate")
 #: Names PEFT 0.21.2 maps onto stacked experts / the router per model type (_MOE_TARGET_MODULE_MAPPING of
@@ -235,6 +239,8 @@ def check_lora_targets(spec: ModelSpec, targets: tuple[str, ...], rank: int) -> 
     converted = _PEFT_MOE_CONVERTED.get(spec.model_type, ())
     valid = ", ".join(n for n in _valid_names(spec) if n not in converted and not (converted and n == ALL_LINEAR))
     for t in targets:
+        if t in QKV_SLICES:
+            continue  # (litgpt's slices: check_targets_for_setup)
         if converted and (t == ALL_LINEAR or any(t == c or t.endswith("." + c) for c in converted)):
             raise ConfigError(f"lora-targets: on {spec.model_type}, PEFT maps {t!r} onto the stacked routed experts / "
                               f"router (target_parameters, transformers 5.x); LoRA on those is not modelled; "
@@ -250,7 +256,7 @@ def check_lora_targets(spec: ModelSpec, targets: tuple[str, ...], rank: int) -> 
     if rank <= 0:
         return
     all_linear = ALL_LINEAR in targets
-    for lin in lins:
+    for lin in list(lins) + list(qkv_slice_linears(spec, targets)):
         named = any(_matches(lin.path, t) for t in targets if t != ALL_LINEAR)
         if not named and not (all_linear and lin.fout > 1 and lin.reads != "logits_in"):
             continue
@@ -273,12 +279,53 @@ def check_head_target(spec: ModelSpec, setup: "TrainingSetup") -> None:
                           f"adapter); use tp 1")
 
 
+def qkv_slice_linears(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[LoraLinear, ...]:
+    """The enabled slices of litgpt's ``LoRAQKVLinear`` as adapters reading the attention input: q (a·d wide),
+    k (kv·d), v (kv·dv). litgpt keeps one ``lora_A`` of (r·n) × h and one ``lora_B`` of (Σ widths) × r for the n
+    enabled slices: r·(n·h + Σ widths) parameters, the count of n separate adapters r·(h + width) (checked against
+    litgpt itself, tests/model/test_lora_targets.py); on a family with separate q/k/v projections the same count as
+    ``q_proj`` / ``k_proj`` / ``v_proj``. Its forward (litgpt/lora.py ``LoRAQKVLinear.forward``) saves x once,
+    ``after_A`` (r·n) and, when not all three are enabled, ``zero_pad``'s ``index_copy_`` source (Σ widths):
+    memory/activations.py ``_lora_adapter_terms``."""
+    t = normalize_targets(targets)
+    on = [x for x in QKV_SLICES if x in t]
+    if not on:
+        return ()
+    a, kv, d, dv, h = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim, spec.hidden_size
+    width = {"qkv.q": a * d, "qkv.k": kv * d, "qkv.v": kv * dv}
+    return tuple(LoraLinear(x, h, width[x], "attn_in") for x in on)
+
+
+def check_targets_for_setup(spec: ModelSpec, setup: "TrainingSetup") -> None:
+    """The target checks that need the setup: the output head (:func:`check_head_target`) and litgpt's qkv slices
+    (a decoder with q/k/v heads; adapters in the model's bf16, as litgpt runs them — ``F.linear(x, lora_A)`` needs
+    x and lora_A in one dtype; not with ``all-linear`` or the projections they slice)."""
+    check_head_target(spec, setup)
+    t = normalize_targets(setup.lora_targets)
+    on = [x for x in QKV_SLICES if x in t]
+    if not on:
+        return
+    if spec.is_encoder or spec.q_lora_rank is not None or spec.kv_lora_rank is not None:
+        raise ConfigError(f"lora-targets {','.join(on)}: litgpt's fused-qkv slices need a decoder with q/k/v heads, "
+                          f"not {spec.model_type}")
+    if setup.adapter_dtype != "bf16":
+        raise ConfigError(f"lora-targets {','.join(on)}: litgpt runs its adapters in the model's dtype; use "
+                          f"--adapter-dtype bf16")
+    whole = [lin.path for lin in layer_linears(spec, 0) if lin.reads == "attn_in"
+             and any(_matches(lin.path, x) for x in t if x not in QKV_SLICES)]
+    if ALL_LINEAR in t or whole:
+        raise ConfigError(f"lora-targets {','.join(on)} with {ALL_LINEAR if ALL_LINEAR in t else whole[0]}: the "
+                          f"slices' projection would be adapted twice")
+
+
 def targeted_layer_linears(spec: ModelSpec, targets: tuple[str, ...], layer_idx: int) -> tuple[LoraLinear, ...]:
-    """The linears of layer ``layer_idx`` that ``targets`` adapt (unknown names match nothing)."""
+    """The linears of layer ``layer_idx`` that ``targets`` adapt (unknown names match nothing), litgpt's qkv slices
+    (:func:`qkv_slice_linears`) first."""
+    slices = qkv_slice_linears(spec, targets)
     targets = effective_targets(spec, targets)
     if ALL_LINEAR in targets:
-        return layer_linears(spec, layer_idx)
-    return tuple(lin for lin in layer_linears(spec, layer_idx) if any(_matches(lin.path, t) for t in targets))
+        return slices + layer_linears(spec, layer_idx)
+    return slices + tuple(lin for lin in layer_linears(spec, layer_idx) if any(_matches(lin.path, t) for t in targets))
 
 
 def targeted_model_linears(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[LoraLinear, ...]:

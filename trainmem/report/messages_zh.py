@@ -413,6 +413,10 @@ EXACT: dict[str, str] = {
         "激活值卸载（torchtune/TRL 的 OffloadActivations，use_streams）：decoder 层保存的 >= 1024 B 的张量放在锁页主机内存中"
         "（host_memory_bytes；开启重计算时每个张量向上取整到 2 的幂，否则为下限），最近 5 个在传输途中仍留在 GPU 上，"
         "每层的张量在其反向传播时取回；输出层和损失留在 GPU 上；拷贝时间超出前向或反向计算的部分计入训练步时间",
+    "--offload-activations (saved tensors copied to pinned host memory on a CUDA side stream)":
+        "--offload-activations（保存的张量在 CUDA 副流上拷贝到锁页主机内存）",
+    "litgpt's fused-qkv LoRA slices (qkv.q/k/v; the tracer runs PEFT, which adapts whole modules)":
+        "litgpt 在融合 qkv 上的 LoRA 切片（qkv.q/k/v；追踪器运行的是 PEFT，它只能适配整个模块）",
     "LoRA: adapters bf16 (the base's dtype: torchtune, PEFT autocast_adapter_dtype=False; no fp32 copy), gradients "
     "and optimizer states in it; base frozen":
         "LoRA：adapter 为 bf16（与基座相同的 dtype：torchtune，PEFT autocast_adapter_dtype=False；没有 fp32 副本），"
@@ -563,6 +567,12 @@ PATTERNS: list[tuple[str, str]] = [
     ("--optimizer {o:w}: bitsandbytes' paged optimizers are modelled for --engine torch (single GPU or DDP), not {e:w}",
      "--optimizer {o}：bitsandbytes 的分页优化器只对 --engine torch（单卡或 DDP）建模，不支持 {e}"),
     ("--qlora-impl {i:w} needs --qlora", "--qlora-impl {i} 需要 --qlora"),
+    ("lora-targets {t:w}: litgpt's fused-qkv slices need a decoder with q/k/v heads, not {m:w}",
+     "lora-targets {t}：litgpt 的融合 qkv 切片需要带 q/k/v 注意力头的 decoder，{m} 不是"),
+    ("lora-targets {t:w}: litgpt runs its adapters in the model's dtype; use --adapter-dtype bf16",
+     "lora-targets {t}：litgpt 让 adapter 使用模型的 dtype；请用 --adapter-dtype bf16"),
+    ("lora-targets {t:w} with {x:w}: the slices' projection would be adapted twice",
+     "lora-targets {t} 与 {x} 同用：切片所在的投影会被适配两次"),
     ("--adapter-dtype {d:w} needs LoRA (--lora-rank > 0)", "--adapter-dtype {d} 需要 LoRA（--lora-rank > 0）"),
     ("--adapter-dtype bf16 keeps the adapters in the base's dtype: it needs a bf16 base (--precision bf16 or "
      "amp-bf16), not {p:w}",

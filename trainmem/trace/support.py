@@ -59,6 +59,8 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
         raise _no(f"{s.optimizer} (bitsandbytes paged optimizer: CUDA managed memory)")
     if s.qlora:
         raise _no("LoRA/QLoRA fine-tuning (not traced yet)")
+    if s.lora_rank and any(t.lower().startswith("qkv.") for t in s.lora_targets):
+        raise _no("litgpt's fused-qkv LoRA slices (qkv.q/k/v; the tracer runs PEFT, which adapts whole modules)")
     if s.lora_rank and s.engine != "torch":
         raise _no(f"LoRA with the {s.engine} engine (LoRA is traced on the torch engine)")
     if s.loss != "hf" and (spec.is_encoder or spec.final_logit_softcapping or not spec.architecture.endswith(("ForCausalLM", "LMHeadModel"))):
