@@ -200,7 +200,7 @@ def test_import_trainmem_is_light() -> None:
 
 def test_public_surface_is_stable() -> None:
     assert sorted(trainmem.__all__) == sorted(
-        ["__version__", "estimate", "plan", "compare", "doctor", "PreflightCallback", "Result", "Estimate",
+        ["__version__", "estimate", "plan", "compare", "doctor", "preflight", "PreflightCallback", "Result", "Estimate",
          "MaxMicroBatch", "Plan", "Comparison", "Diagnosis", "TrainingSetup", "TrainmemError", "ConfigError",
          "UnknownModelError", "UnsupportedError"])
     for name in trainmem.__all__:
