@@ -21,13 +21,14 @@ def _request(model: str, cluster: str, global_batch: int, seq_len: int, precisio
 
 
 def plan_cmd(
-    model: opt.Model,
+    model: Annotated[Optional[str], typer.Argument(help="catalog name, config.json path or size [the --from file's "
+                                                        "model]", show_default=False)] = None,
     cluster: Annotated[Optional[str], _Opt("--cluster", help="64xH100-SXM-80G, 8xA100-SXM-80G,4xRTX-3090-24G, or a .toml/.yaml file")] = None,
     global_batch: Annotated[int, _Opt("--global-batch", help="sequences per optimizer step")] = 0,
-    seq_len: Annotated[int, _Opt("--seq-len", help="tokens per sequence")] = 4096,
+    seq_len: Annotated[Optional[int], _Opt("--seq-len", help="tokens per sequence [4096]", show_default=False)] = None,
     precision: Annotated[str, _Opt("--precision", help="bf16|fp16|fp32|fp8 (each engine's own recipe), or a recipe: "
                                                        "amp-bf16|amp-fp16 (torch, fsdp2), mixed-bf16|mixed-fp16 "
-                                                       "(deepspeed, megatron)")] = "bf16",
+                                                       "(deepspeed, megatron) [bf16]", show_default=False)] = None,
     margin: Annotated[float, _Opt("--margin", help="safety margin on reserved memory, percent")] = 5.0,
     top: Annotated[int, _Opt("--top", help="plans to show")] = 5,
     fix: Annotated[Optional[str], _Opt("--fix", help="k=v,... pins knobs, any value the estimator accepts: engine, dp, "
@@ -59,6 +60,9 @@ def plan_cmd(
                                               "activations in pinned host memory (torchtune/TRL OffloadActivations)")] = False,
     compile_: Annotated[bool, _Opt("--compile", help="torch/fsdp2 plans: each decoder layer torch.compile'd "
                                                     "(trainmem/memory/compile.py)")] = False,
+    from_file: Annotated[Optional[str], _Opt("--from", help="read the model, sequence length, precision, global batch "
+                                                            "and recipe (optimizer, LoRA, ...) from a training config "
+                                                            "(flags given win)")] = None,
     as_json: opt.Json = False, lang: opt.Lang = "en",
 ) -> None:
     """The fastest training configurations that fit a GPU pool (or how many GPUs a model needs)."""
@@ -67,6 +71,16 @@ def plan_cmd(
     from trainmem.python_api import plan_checks, plan_json, plan_sizing
 
     check_lang(lang)
+    file_extra: dict = {}
+    file_notes: list[str] = []
+    if from_file:  # trainmem.frameworks.readers: the flags given win over the file
+        from trainmem.frameworks.readers import plan_inputs
+        model, seq_len, precision, global_batch, file_extra, file_notes = plan_inputs(
+            from_file, model, seq_len, precision, global_batch, {})
+    if model is None:
+        raise ConfigError("missing the MODEL argument (a catalog name, a config.json path or a size like 7B), "
+                          "or give --from FILE")
+    seq_len, precision = seq_len or 4096, precision or "bf16"
     sizing = plan_checks(global_batch, cluster, gpu, min_gpus, tokens, days)
     if export and not out_dir:
         raise ConfigError("--export needs -o DIR")
@@ -74,6 +88,8 @@ def plan_cmd(
              "lora_targets": lora_targets, "attn_kernel": attn_kernel, "grad_reduce_16bit": grad_reduce_16bit or None,
              "fp8_params": fp8_params or None, "async_tp": async_tp or None,
              "offload_activations": offload_activations or None, "compile": compile_ or None}
+    stack = stack or file_extra.pop("stack", None)  # --from: the file's framework unless --stack is given
+    extra.update({k: v for k, v in file_extra.items() if not extra.get(k)})
     engines = _export_engines(export) if export else None
     if stack:  # the framework's engines, and its defaults for what the planner does not search
         from trainmem.frameworks import plan_stack
@@ -92,11 +108,18 @@ def plan_cmd(
     if report:
         from trainmem.report.html import plan_report_html, write_report
         write_report(report, plan_report_html(req, result, lang))
+    if file_notes:
+        out["from"] = {"file": from_file, "assumptions": file_notes}
     if as_json:
         print(json.dumps(plan_json(result, out)))
         return
     from trainmem.report.plan_table import print_plans
     print_plans(req, result, out, lang)
+    if file_notes:
+        from trainmem.report.i18n import tr
+        print(tr(f"read from {from_file}:", lang))
+        for line in file_notes:
+            print("  - " + tr(line, lang))
 
 
 def _with_host_memory(req, text: str):  # noqa: ANN001, ANN202

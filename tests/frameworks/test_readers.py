@@ -182,3 +182,25 @@ def test_from_on_other_commands(command: str, capsys, tmp_path) -> None:
         pytest.importorskip("plotly")
         args += ["-o", str(tmp_path / "r.html")]
     assert main(args) == 0, capsys.readouterr().err
+
+
+def test_plan_from_file(capsys) -> None:
+    """plan --from: the model, sequence length and global batch of the file (Megatron's script: 8 GPUs,
+    global batch 128), the recipe kept, the layout searched (said so); flags given win."""
+    import json
+
+    from trainmem.cli import main
+    path = str(CONFIGS / "megatron_train_llama3_8b_h100_fp8.sh")
+    assert main(["plan", "--from", path, "--cluster", "8xH100-SXM-80G", "--top", "1", "--json"]) == 0, \
+        capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert out["from"]["file"] == path and out["plans"]
+    assert "global batch 128: the file's micro-batch × accumulation × dp 8" in out["from"]["assumptions"]
+    p = out["plans"][0]
+    assert p["micro_batch"] * p["grad_accum"] * p["dp"] == 128
+    assert main(["plan", "--from", path, "--cluster", "8xH100-SXM-80G", "--global-batch", "16", "--top", "1",
+                 "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["plans"][0]
+    assert p["micro_batch"] * p["grad_accum"] * p["dp"] == 16
+    assert main(["plan", "--cluster", "8xH100-SXM-80G", "--global-batch", "16"]) == 2
+    assert "missing the MODEL argument" in capsys.readouterr().err

@@ -140,3 +140,48 @@ def merge_fields(file: FileSetup, cli: dict[str, Any]) -> dict[str, Any]:
             flag = FLAGS.get(fld, "--" + fld.replace("_", "-"))
             raise ConfigError(f"--from {shown(file.path)}: {why}; give {flag} to choose")
     return {**file.fields, **given}
+
+
+#: File precision (a setup recipe) → ``trainmem plan --precision`` (a family the planner gives each engine, or a recipe
+#: it keeps as is).
+_PLAN_PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8": "fp8", "amp-bf16": "amp-bf16",
+                   "amp-fp16": "amp-fp16", "mixed-bf16": "mixed-bf16", "mixed-fp16": "mixed-fp16"}
+_LAYOUT = ("engine", "gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "offload", "recompute", "micro_batch",
+           "grad_accum", "sp", "stage_layers", "recompute_layers")
+
+
+def plan_inputs(path: str, model: str | None, seq_len: int | None, precision: str | None, global_batch: int,
+                extra: dict[str, Any]) -> tuple[str, int | None, str | None, int, dict[str, Any], list[str]]:
+    """``trainmem plan --from FILE``: (model, seq_len, precision, global_batch, extra, notes) with what the command
+    line left unset taken from the file: its model, sequence length, precision, global batch (micro-batch ×
+    accumulation × data-parallel degree, when the file gives its world size) and the recipe fields the planner
+    keeps (optimizer, attention, LoRA, ...). The file's layout (engine, degrees, ZeRO, recompute, micro-batch) is
+    what the planner searches; the notes say so."""
+    from trainmem.python_api import PLAN_EXTRA_KEYS
+
+    file = read_config(path)
+    fields = merge_fields(file, {})
+    notes = file.notes()
+    if model is None:
+        if file.model is None:
+            raise ConfigError(f"--from {shown(path)}: {file.model_error or 'the file names no model'}; give MODEL")
+        model = file.model
+    if seq_len is None and fields.get("seq_len") is not None:
+        seq_len = int(fields["seq_len"])
+    if precision is None and fields.get("precision") in _PLAN_PRECISION:
+        precision = _PLAN_PRECISION[str(fields["precision"])]
+    if global_batch == 0 and fields.get("gpus"):
+        degrees = 1
+        for k in ("tp", "pp", "cp"):
+            degrees *= int(fields.get(k) or 1)
+        dp = int(fields.get("dp") or int(fields["gpus"]) // degrees)
+        global_batch = int(fields.get("micro_batch") or 1) * int(fields.get("grad_accum") or 1) * dp
+        notes.append(f"global batch {global_batch}: the file's micro-batch × accumulation × dp {dp}")
+    out = {**extra, "stack": file.stack}
+    for k in PLAN_EXTRA_KEYS:
+        if out.get(k) in (None, False, 0) and fields.get(k) not in (None, False):
+            out[k] = fields[k]
+    searched = [k for k in _LAYOUT if k in file.fields]
+    if searched:
+        notes.append(f"plan searches what the file fixes ({', '.join(searched)}); pin it with --fix")
+    return model, seq_len, precision, global_batch, out, notes
