@@ -10,8 +10,9 @@ without generating kernels), checkpointed inside the compiled region under ``--r
 apply_ac then apply_compile), and one forward records what autograd keeps (``saved_tensors_hooks``, by storage;
 parameters and what the eager second layer also keeps — rotary cos/sin — left out, as the CPU generator state a
 compiled checkpoint saves, host memory on a GPU). Attention dropout is set to 0 in the copy: CUDA's flash
-kernel keeps no mask for it, where the CPU's SDPA would fall back to its math kernel. Autocast recipes run CPU autocast (CUDA's op lists are not
-importable without CUDA; for these layers the saved set is the same, tests/memory/test_compile.py).
+kernel keeps no mask for it, where the CPU's SDPA would fall back to its math kernel. Autocast recipes run CPU
+autocast, standing in for CUDA's (whose lists need CUDA): the saved matmul inputs and outputs are 16-bit under
+both; not checked against CUDA.
 """
 
 from __future__ import annotations
