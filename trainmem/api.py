@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmem.errors import ConfigError
 from trainmem.hardware import get_gpu
 from trainmem.model.resolve import resolve_model
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup, make_setup, validate_for_model
+
+if TYPE_CHECKING:
+    from trainmem.frameworks import Target
 
 __all__ = ["build", "build_spec", "default_notes", "model_context", "rope_context", "check_trace_size", "STEP_LIMITS",
            "TRACE_LIMITS", "MAX_PARAMS"]
@@ -48,7 +51,7 @@ def build(model: str, **setup_fields: object) -> tuple[ModelSpec, TrainingSetup]
     early = dict(setup_fields)
     if early.get("stack") is not None:  # (its engine may be what makes the flags valid)
         from trainmem.frameworks import apply_stack
-        apply_stack(early)
+        apply_stack(early, _stack_target(None))
     make_setup(**early)  # a bad flag is refused before the model is looked up
     return build_spec(resolve_model(model), **setup_fields)
 
@@ -60,7 +63,7 @@ def build_spec(spec: ModelSpec, **setup_fields: object) -> tuple[ModelSpec, Trai
     notes: list[str] = []
     if fields.get("stack") is not None:  # a framework's shipped defaults for the fields not given
         from trainmem.frameworks import apply_stack
-        notes = apply_stack(fields, spec=spec)
+        notes = apply_stack(fields, _stack_target(spec))
     setup = make_setup(**fields)
     if spec.n_params > MAX_PARAMS:
         raise ConfigError(f"{spec.name}: {spec.n_params:.3g} parameters is above trainmem's limit of {MAX_PARAMS:.0e}")
@@ -77,6 +80,30 @@ def build_spec(spec: ModelSpec, **setup_fields: object) -> tuple[ModelSpec, Trai
         raise ConfigError(f"seq_len({setup.seq_len}) > the {model_context(spec)} positions of {spec.name} "
                           f"(max_position_embeddings({spec.max_position_embeddings}) less the padding offset)")
     return spec, setup
+
+
+def _stack_target(spec: ModelSpec | None) -> Target:
+    """What :func:`trainmem.frameworks.apply_stack` reads of the model (none before it is resolved) and the
+    validation it checks each stack value with: the setup's, with the model's own defaults filled in."""
+    from trainmem.frameworks import Target
+
+    def refusal(fields: Mapping[str, Any]) -> str | None:
+        trial = dict(fields)
+        try:
+            if spec is not None:
+                default_notes(spec, trial)
+            setup = make_setup(**trial)
+            if spec is not None:
+                validate_for_model(setup, spec)
+        except ConfigError as err:
+            return str(err)
+        return None
+
+    names = frozenset(TrainingSetup.model_fields)
+    if spec is None:
+        return Target(fields=names, refusal=refusal)
+    return Target(fields=names, refusal=refusal, seq_len=min(_DEFAULT_SEQ_LEN, model_context(spec)),
+                  num_layers=spec.num_layers, model_type=spec.model_type)
 
 
 def default_notes(spec: ModelSpec, fields: dict[str, Any]) -> list[str]:

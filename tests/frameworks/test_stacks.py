@@ -195,8 +195,15 @@ def test_accelerate_defaults_to_no_mixed_precision() -> None:
 def test_no_stack_changes_nothing() -> None:
     _, plain = build("llama-3.1-8b", lora_rank=8)
     assert plain.stack is None and not any("stack" in n for n in plain.notes)
+    from trainmem.frameworks import Target
     fields: dict = {"lora_rank": 8}
-    assert apply_stack(fields) == [] and fields == {"lora_rank": 8}
+    target = Target(fields=frozenset(), refusal=lambda f: None)
+    assert apply_stack(fields, target) == [] and fields == {"lora_rank": 8}
+    fields = {"stack": "torchtune", "lora_rank": 8}  # a field the target lacks is listed, not set
+    notes = apply_stack(fields, target)
+    assert fields == {"stack": "torchtune", "lora_rank": 8}
+    assert "recompute full: the torchtune default, not modelled by trainmem (torchtune 0.6.1 " \
+           "recipes/configs/llama3_1/8B_lora_single_device.yaml enable_activation_checkpointing: True)" in notes
 
 
 def test_torchtune_lora_estimate_by_hand() -> None:

@@ -12,17 +12,15 @@ Modules are imported on first use (``import trainmem`` stays light).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainmem.errors import ConfigError
 from trainmem.frameworks.stack import CONDITIONS, Default, Run, Stack
 
-if TYPE_CHECKING:
-    from trainmem.model.spec import ModelSpec
-
-__all__ = ["STACK_NAMES", "Stack", "Default", "Run", "CONDITIONS", "get_stack", "check_stack_name", "apply_stack",
+__all__ = ["STACK_NAMES", "Stack", "Default", "Run", "Target", "CONDITIONS", "get_stack", "check_stack_name", "apply_stack",
            "merge_fields", "stack_rows", "PLAN_FIELDS", "plan_stack"]
 
 #: ``--stack`` name → module of :mod:`trainmem.frameworks` holding its ``STACK``.
@@ -68,34 +66,28 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _run(fields: Mapping[str, Any], spec: ModelSpec | None) -> Run:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """What a stack is applied to, as the caller (:mod:`trainmem.api`) knows it: the model's facts and the
+    setup's own validation (this package imports neither the setup nor the api: no import circle)."""
+
+    fields: frozenset[str]
+    """The setup's field names (a default for another field is listed as not modelled)."""
+    refusal: Callable[[Mapping[str, Any]], str | None]
+    """Why setup fields are refused (the model's own defaults filled in), None when they are valid."""
+    seq_len: int = 2048
+    """The sequence length the run has when ``seq_len`` is not given (the model's context when shorter)."""
+    num_layers: int = 0
+    model_type: str = ""
+
+
+def _run(fields: Mapping[str, Any], target: Target) -> Run:
     seq_len = fields.get("seq_len")
-    if seq_len is None:
-        seq_len = 2048
-        if spec is not None:
-            from trainmem.api import model_context
-            seq_len = min(seq_len, model_context(spec))
-    return Run(fields=fields, seq_len=int(seq_len), num_layers=spec.num_layers if spec is not None else 0,
-               model_type=spec.model_type if spec is not None else "")
+    return Run(fields=fields, seq_len=int(seq_len if seq_len is not None else target.seq_len),
+               num_layers=target.num_layers, model_type=target.model_type)
 
 
-def _refusal(fields: Mapping[str, Any], spec: ModelSpec | None) -> str | None:
-    """Why the setup (with the model's own defaults filled in) is refused, or None."""
-    from trainmem.setup import make_setup, validate_for_model
-    trial = dict(fields)
-    try:
-        if spec is not None:
-            from trainmem.api import default_notes
-            default_notes(spec, trial)
-        setup = make_setup(**trial)
-        if spec is not None:
-            validate_for_model(setup, spec)
-    except ConfigError as err:
-        return str(err)
-    return None
-
-
-def apply_stack(fields: dict[str, Any], stack: str | None = None, spec: ModelSpec | None = None) -> list[str]:
+def apply_stack(fields: dict[str, Any], target: Target, stack: str | None = None) -> list[str]:
     """Fill the setup fields left unset (None or absent) in ``fields`` from ``stack`` (default:
     ``fields["stack"]``), in place; return one assumption line per value filled, with its source, and the
     stack's notes. A value the setup refuses (an explicit flag contradicts it) is not applied, and said so; a
@@ -106,33 +98,31 @@ def apply_stack(fields: dict[str, Any], stack: str | None = None, spec: ModelSpe
         return []
     st = get_stack(str(name))
     fields["stack"] = st.name
-    from trainmem.setup import TrainingSetup
-    known = set(TrainingSetup.model_fields)
     explicit = {k for k, v in fields.items() if v is not None}
     notes = [f"stack {st.name}: the defaults of {st.release} fill the flags not given"]
     filled: set[str] = set()
-    engine = next((d for d in st.defaults if d.field == "engine" and d.applies(_run(fields, spec))), None)
+    engine = next((d for d in st.defaults if d.field == "engine" and d.applies(_run(fields, target))), None)
     if engine is not None and "engine" not in explicit:
-        fields["engine"] = engine.value_for(_run(fields, spec))
+        fields["engine"] = engine.value_for(_run(fields, target))
         filled.add("engine")
         notes.append(f"engine {_shown(fields['engine'])}: the {st.name} default ({engine.source})")
     if fields.get("engine") is not None and fields["engine"] not in st.engines:
         notes.append(f"warning: {st.name} runs on {', '.join(st.engines)}, not the {fields['engine']} engine: "
                      "its defaults are applied where the engine takes them")
-    if _refusal(fields, spec) is not None:  # the flags given (on the stack's engine) are refused by themselves
+    if target.refusal(fields) is not None:  # the flags given (on the stack's engine) are refused by themselves
         return notes
     for d in st.defaults:
-        if d.field in explicit or d.field in filled or not d.applies(run := _run(fields, spec)):
+        if d.field in explicit or d.field in filled or not d.applies(run := _run(fields, target)):
             continue
         value = d.value_for(run)
         if value is None:  # no default for this model (PEFT's targets of an unlisted family)
             continue
         shown = _shown(value)
-        if d.field not in known:
+        if d.field not in target.fields:
             filled.add(d.field)
             notes.append(f"{d.field} {shown}: the {st.name} default, not modelled by trainmem ({d.source})")
             continue
-        why = _refusal({**fields, d.field: value}, spec)
+        why = target.refusal({**fields, d.field: value})
         if why is not None:
             notes.append(f"{d.field} {shown}: the {st.name} default, not applied: {why}")
             continue
