@@ -387,7 +387,7 @@ def plan(model: ModelRef, *, cluster: str | None = None, global_batch: int = 0, 
          optimizer: str | None = None, attn: str | None = None, lora_rank: int | None = None,
          lora_targets: str | list[str] | tuple[str, ...] | None = None, qlora: bool | None = None,
          attn_kernel: str | None = None, grad_reduce_16bit: bool = False, fp8_params: bool = False,
-         async_tp: bool = False) -> Plan:
+         async_tp: bool = False, stack: str | None = None) -> Plan:
     """The fastest configurations that fit a GPU pool, or how many GPUs the model needs: ``trainmem plan --json``
     (without ``--export`` / ``--report``, which write files). Keywords are ``trainmem plan``'s flags; ``fix`` may
     be ``"engine=megatron,tp=4"`` or ``{"engine": "megatron", "tp": 4}``. For a live model, LoRA, the 4-bit
@@ -415,7 +415,13 @@ def plan(model: ModelRef, *, cluster: str | None = None, global_batch: int = 0, 
         ref = spec
     if extra["lora_rank"] is None:
         extra["lora_rank"] = 0
-    req = plan_request(ref, cluster or f"1x{gpu}", global_batch, seq_len, precision, margin, top, fix, extra)
+    engines = None
+    if stack:  # ``trainmem plan --stack``: the framework's engines and defaults (trainmem.frameworks.plan_stack)
+        from trainmem.frameworks import plan_stack
+        from trainmem.hardware import parse_cluster
+        extra, engines = plan_stack(stack, extra, seq_len, parse_cluster(cluster or f"1x{gpu}").total_gpus)
+    req = plan_request(ref, cluster or f"1x{gpu}", global_batch, seq_len, precision, margin, top, fix, extra,
+                       engines)
     result = search(req) if cluster else None
     return Plan(plan_json(result, plan_sizing(req, gpu, min_gpus, tokens, days) if sizing else {}))
 

@@ -337,3 +337,8 @@ def test_plan_takes_the_stack_s_engines_and_defaults(capsys) -> None:
     assert main([*args, "--stack", "torchtitan"]) == 0
     plans = json.loads(capsys.readouterr().out)["plans"]
     assert plans and {p["engine"] for p in plans} == {"fsdp2"}
+    api = trainmem.plan("llama-3.2-1b", cluster="8xH100-SXM-80G", global_batch=32, seq_len=2048, top=3,
+                        stack="torchtitan").to_dict()
+    for a, b in zip(api["plans"], plans, strict=True):  # the Python API is the CLI's
+        assert {k: v for k, v in a.items() if k != "search_seconds"} == {k: v for k, v in b.items()
+                                                                         if k != "search_seconds"}
