@@ -204,3 +204,18 @@ def test_plan_from_file(capsys) -> None:
     assert p["micro_batch"] * p["grad_accum"] * p["dp"] == 16
     assert main(["plan", "--cluster", "8xH100-SXM-80G", "--global-batch", "16"]) == 2
     assert "missing the MODEL argument" in capsys.readouterr().err
+
+
+def test_doctor_config_reads_framework_configs(capsys) -> None:
+    """doctor --config takes the formats its launch reader lacks through the --from reader: an axolotl config
+    gives the expected peak of its flags."""
+    import json
+
+    from trainmem.cli import main
+    flags = ["--seq-len", "2048", "--micro-batch", "2", "--grad-accum", "2", "--precision", "bf16", "--optimizer",
+             "adamw-8bit", "--attn", "flash", "--recompute", "full", "--lora-rank", "16", "--lora-targets",
+             "gate_proj,down_proj,up_proj,q_proj,v_proj,k_proj,o_proj"]
+    assert main(["doctor", "llama-3.2-1b", *flags, "--json"]) == 0
+    by_flags = json.loads(capsys.readouterr().out)["findings"][0]["expected_bytes"]
+    assert main(["doctor", "llama-3.2-1b", "--config", str(CONFIGS / "axolotl_llama3_lora-1b.yml"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["findings"][0]["expected_bytes"] == by_flags

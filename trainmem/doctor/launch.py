@@ -237,6 +237,22 @@ def _load(text: str, name: str) -> tuple[str, dict]:
     return "yaml", obj
 
 
+def _framework_fields(path: str) -> tuple[str, dict[str, Any]]:
+    """The values a framework's own config states (trainmem.frameworks.readers, as ``--from`` reads it; the
+    framework's defaults for what it leaves out are not added): (format, fields)."""
+    from trainmem.frameworks.readers import read_config
+    try:
+        fs = read_config(path)
+    except ConfigError as e:
+        text = str(e)
+        if "not a config trainmem reads" in text:
+            raise ConfigError(f"--config {path}: neither a DeepSpeed/TrainingArguments JSON, an Accelerate YAML nor a "
+                              "torchtitan TOML") from None
+        raise ConfigError("--config" + text[len("--from"):] if text.startswith("--from ") else text) from None
+    stated = {what.split(" ", 1)[0] for what, _ in fs.read}
+    return fs.format, {k: v for k, v in fs.fields.items() if k in stated and k not in fs.blocked}
+
+
 def parse_launch_config(path: str) -> LaunchConfig:
     """The setup fields a DeepSpeed / HF TrainingArguments JSON, Accelerate YAML or torchtitan TOML states."""
     text = read_text(path, "--config", "a launch config (JSON, YAML or TOML)")
@@ -250,9 +266,8 @@ def parse_launch_config(path: str) -> LaunchConfig:
         kind, fields = "accelerate", accelerate_fields(cfg, base)
     elif syntax == "toml" and ("training" in cfg or "parallelism" in cfg):
         kind, fields = "torchtitan", torchtitan_fields(cfg)
-    else:
-        raise ConfigError(f"--config {path}: neither a DeepSpeed/TrainingArguments JSON, an Accelerate YAML nor a "
-                          "torchtitan TOML")
+    else:  # axolotl, LLaMA-Factory, torchtune, litgpt, TRL YAML, Megatron, NeMo: the --from reader
+        kind, fields = _framework_fields(path)
     out = LaunchConfig(fields)
     out.kind = kind
     return out
