@@ -32,9 +32,10 @@ byte; tests/trace/test_compile_trace.py runs a whole step with ``backend="induct
 Scope (``compile_refusal`` says so for the rest): decoder layers compiled one by one, as torchtitan's
 ``apply_compile`` (each TransformerBlock, after ``apply_ac``: a checkpointed block is compiled with its
 checkpoint, so it saves its input only) and torchtune's ``compile: True`` (each layer) do. HF Trainer's
-``torch_compile=True`` compiles the whole model: its layers save the same; its final norm, head and loss are
-compiled too, which is modelled eager here (an upper bound; measured 6.8 % below per-block on a tiny llama,
-mostly the loss). Eager kernels' transients (norm and MLP backward temporaries) are kept as eager (an upper
+``torch_compile=True`` compiles the whole model, which is not modelled: its layers save the same, but its loss
+keeps the 16-bit logits (the upcast is recomputed) and its logsumexp rows, and under Dynamo transformers takes its
+tracing branch and builds an explicit (b, 1, s, s) mask for SDPA (saved once; on CUDA it moves SDPA from the flash
+to the memory-efficient kernel). Measured on a tiny llama: 6.8 % below per-block in all. Eager kernels' transients (norm and MLP backward temporaries) are kept as eager (an upper
 bound: inductor fuses them).
 """
 
@@ -129,8 +130,9 @@ def compile_assumptions(setup: TrainingSetup) -> list[str]:
     """The assumption lines an estimate under ``--compile`` lists."""
     out = ["torch.compile: each decoder layer compiled (torchtitan apply_compile, torchtune compile): saved tensors as "
            "the min-cut partitioner keeps them (torch/_functorch/partitioners.py, torch 2.13); embeddings, final norm, "
-           "head and loss eager (HF Trainer's whole-model compile saves a little less); eager kernels' temporaries; "
-           "step time unchanged (no cited compile speed-up factor)"]
+           "head and loss eager (HF Trainer's whole-model compile, not modelled, saves 16-bit logits for the loss and "
+           "makes transformers build an explicit b·s² attention mask); eager kernels' temporaries; step time unchanged "
+           "(no cited compile speed-up factor)"]
     if setup.recompute == "full":
         out.append("torch.compile with --recompute full: each checkpointed block is compiled with its checkpoint "
                    "(torchtitan apply_ac, then apply_compile): it keeps its input; its recompute is the compiled saved set")
