@@ -75,8 +75,9 @@ def plan_cmd(
     file_notes: list[str] = []
     if from_file:  # trainmem.frameworks.readers: the flags given win over the file
         from trainmem.frameworks.readers import plan_inputs
+        from trainmem.python_api import PLAN_EXTRA_KEYS
         model, seq_len, precision, global_batch, file_extra, file_notes = plan_inputs(
-            from_file, model, seq_len, precision, global_batch, {})
+            from_file, model, seq_len, precision, global_batch, PLAN_EXTRA_KEYS)
     if model is None:
         raise ConfigError("missing the MODEL argument (a catalog name, a config.json path or a size like 7B), "
                           "or give --from FILE")

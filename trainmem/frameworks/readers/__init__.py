@@ -151,14 +151,12 @@ _LAYOUT = ("engine", "gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "offlo
 
 
 def plan_inputs(path: str, model: str | None, seq_len: int | None, precision: str | None, global_batch: int,
-                extra: dict[str, Any]) -> tuple[str, int | None, str | None, int, dict[str, Any], list[str]]:
+                keys: tuple[str, ...]) -> tuple[str, int | None, str | None, int, dict[str, Any], list[str]]:
     """``trainmem plan --from FILE``: (model, seq_len, precision, global_batch, extra, notes) with what the command
     line left unset taken from the file: its model, sequence length, precision, global batch (micro-batch ×
     accumulation × data-parallel degree, when the file gives its world size) and the recipe fields the planner
-    keeps (optimizer, attention, LoRA, ...). The file's layout (engine, degrees, ZeRO, recompute, micro-batch) is
-    what the planner searches; the notes say so."""
-    from trainmem.python_api import PLAN_EXTRA_KEYS
-
+    keeps (``keys``: trainmem.python_api.PLAN_EXTRA_KEYS; optimizer, attention, LoRA, ...) and ``stack``. The file's
+    layout (engine, degrees, ZeRO, recompute, micro-batch) is what the planner searches; the notes say so."""
     file = read_config(path)
     fields = merge_fields(file, {})
     notes = file.notes()
@@ -177,10 +175,8 @@ def plan_inputs(path: str, model: str | None, seq_len: int | None, precision: st
         dp = int(fields.get("dp") or int(fields["gpus"]) // degrees)
         global_batch = int(fields.get("micro_batch") or 1) * int(fields.get("grad_accum") or 1) * dp
         notes.append(f"global batch {global_batch}: the file's micro-batch × accumulation × dp {dp}")
-    out = {**extra, "stack": file.stack}
-    for k in PLAN_EXTRA_KEYS:
-        if out.get(k) in (None, False, 0) and fields.get(k) not in (None, False):
-            out[k] = fields[k]
+    out: dict[str, Any] = {"stack": file.stack}
+    out.update({k: fields[k] for k in keys if fields.get(k) not in (None, False)})
     searched = [k for k in _LAYOUT if k in file.fields]
     if searched:
         notes.append(f"plan searches what the file fixes ({', '.join(searched)}); pin it with --fix")
