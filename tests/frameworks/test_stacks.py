@@ -142,6 +142,10 @@ def test_litgpt_is_its_setup_defaults() -> None:
     on = [k for k in ("lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp", "lora_head")
           if p[k].default]
     assert on == ["lora_query", "lora_value"] and value("litgpt", "lora_targets", lora_rank=8) == ("q_proj", "v_proj")
+    assert value("litgpt", "adapter_dtype", lora_rank=8) == "fp32"  # bf16-mixed: fp32 weights, adapters too
+    # bf16-true: LoRAQKVLinear's q and v slices, bf16 adapters
+    assert value("litgpt", "lora_targets", lora_rank=8, precision="bf16") == ("qkv.q", "qkv.v")
+    assert value("litgpt", "adapter_dtype", lora_rank=8, precision="bf16") == "bf16"
     assert p["train"].default.micro_batch_size == 1 and value("litgpt", "micro_batch") == 1
     assert p["optimizer"].default == "AdamW" and value("litgpt", "optimizer_impl") == "foreach"
     assert get_default_supported_precision(training=True) == "bf16-mixed" and value("litgpt", "precision") == "amp-bf16"

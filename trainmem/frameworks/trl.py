@@ -40,5 +40,7 @@ STACK = Stack(
         "TRL's fused LM head is counted as Liger's fused linear cross-entropy (its own tiles: 4096 tokens by 32768 "
         "vocabulary columns, in the compute dtype)",
         "sequences are padded to the longest of the batch, not to max_length: seq_len is an upper bound",
+        "a model object passed to SFTTrainer keeps its own dtype (from_pretrained loads a 16-bit checkpoint in "
+        "16 bits): give --precision bf16 then",
     ),
 )

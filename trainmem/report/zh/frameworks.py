@@ -13,14 +13,18 @@ EXACT: dict[str, str] = {
         "以计算精度存放）",
     "trl: sequences are padded to the longest of the batch, not to max_length: seq_len is an upper bound":
         "trl：序列只填充到 batch 内最长的一条，而不是 max_length：seq_len 是上限",
+    "trl: a model object passed to SFTTrainer keeps its own dtype (from_pretrained loads a 16-bit checkpoint in 16 "
+    "bits): give --precision bf16 then":
+        "trl：直接传给 SFTTrainer 的模型对象保持它自己的 dtype（from_pretrained 会把 16 位 checkpoint 按 16 位加载）："
+        "这时请给 --precision bf16",
     "torchtune: full distributed fine-tuning shards tok_embeddings and output as their own FSDP units "
     "(custom_sharded_layers); trainmem wraps each decoder layer and the root":
         "torchtune：多卡全量微调把 tok_embeddings 和 output 各自作为单独的 FSDP 单元分片（custom_sharded_layers）；"
         "trainmem 按每个 decoder 层加根模块包装",
-    "litgpt: LitGPT's LoRA adapts slices of the fused qkv projection (LoRAQKVLinear); counted as PEFT adapters on "
-    "q_proj and v_proj":
-        "litgpt：LitGPT 的 LoRA 作用在融合 qkv 投影的切片上（LoRAQKVLinear）；这里按 PEFT 在 q_proj 和 v_proj 上的"
-        "适配器计算",
+    "litgpt: LitGPT's LoRA adapts slices of the fused qkv projection (LoRAQKVLinear): qkv.q,qkv.v with bf16-true "
+    "(--precision bf16); under bf16-mixed counted as PEFT adapters on q_proj and v_proj":
+        "litgpt：LitGPT 的 LoRA 作用在融合 qkv 投影的切片上（LoRAQKVLinear）：bf16-true（--precision bf16）时按 "
+        "qkv.q、qkv.v 计算；bf16-mixed 时按 PEFT 在 q_proj 和 v_proj 上的适配器计算",
     "axolotl: sample_packing is off by default: sequences are padded to the longest of the batch, seq_len is an "
     "upper bound":
         "axolotl：默认不开 sample_packing：序列只填充到 batch 内最长的一条，seq_len 是上限",
