@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr and exit code 2 for any bad input (in ``--lang``'s language)."""
     lang = _argv_lang(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=argv, standalone_mode=False)
+        from trainmem.cli_coercion import defer_coercion
+        defer_coercion(typer.main.get_command(app)).main(args=argv, standalone_mode=False)
     except TrainmemError as e:
         _print_error(str(e), lang)
         return 2

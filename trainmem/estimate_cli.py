@@ -41,10 +41,9 @@ def estimate(
             print_max_micro_batch(best, est, ts, lang)
         return
     est = run_estimate(spec, ts)
-    given = opt.setup_fields(setup)
     if as_json:  # the library's builder, which trainmem.estimate() returns too
         from trainmem.python_api import estimate_json
-        print(json.dumps(estimate_json(spec, ts, est, explain=explain, given=given)))
+        print(json.dumps(estimate_json(spec, ts, est, explain=explain)))
         return
     from trainmem.report.table import print_estimate, print_fix
     print_estimate(spec, ts, est, lang)
@@ -53,7 +52,8 @@ def estimate(
         print_explain(spec, ts, est, lang)
     if not est.fits:  # the output ends with the command that makes the run fit
         from trainmem.plan.compare import cheapest_fix
-        print_fix(cheapest_fix(spec, ts, given), model, given, lang)
+        given = opt.setup_fields(setup)
+        print_fix(cheapest_fix(spec, ts, given, est), model, given, lang)
 
 
 @opt.with_setup_options

@@ -118,8 +118,6 @@ class Estimate(Result):
         cuda_only_bytes: int
         paged_optimizer_bytes: int
         """bitsandbytes paged optimizers: state in CUDA managed memory, outside the allocator's figures."""
-        cheapest_fix: dict[str, Any] | None
-        """A run that does not fit: the change that fits at the least step time (``technique``, ``flags``, ...)."""
         assumptions: list[str]
         setup: dict[str, Any]
         explain: dict[str, Any]
@@ -183,17 +181,11 @@ class Diagnosis(Result):
 
 # --------------------------------------------------------------------------- the shared JSON builders
 
-def estimate_json(spec: ModelSpec, ts: TrainingSetup, est: MemoryEstimate, *, explain: bool = False,
-                  given: Mapping[str, Any] | None = None) -> dict:
-    """The ``trainmem estimate --json`` object (``explain``: with the ``--explain`` lines as data).
-    ``cheapest_fix``: for a run that does not fit, the single change that fits at the least step time, with the
-    flags to add to the command line that gave ``given`` (its setup fields; default: every field of ``ts``)
-    — :func:`trainmem.plan.compare.cheapest_fix`; null for a run that fits."""
+def estimate_json(spec: ModelSpec, ts: TrainingSetup, est: MemoryEstimate, *, explain: bool = False) -> dict:
+    """The ``trainmem estimate --json`` object (``explain``: with the ``--explain`` lines as data). (The cheapest
+    fix of a run that does not fit is not in it — it costs a ``compare``, ~0.1 s a start —: it is ``compare
+    --json``'s first option, and :func:`trainmem.plan.compare.cheapest_fix`.)"""
     out = est.to_dict()
-    out["cheapest_fix"] = None
-    if not est.fits:
-        from trainmem.plan.compare import cheapest_fix
-        out["cheapest_fix"] = cheapest_fix(spec, ts, given)
     if explain:
         out["explain"] = explain_json(spec, ts, est)
     return out
@@ -369,7 +361,7 @@ def estimate(model: ModelRef, *, explain: bool = False, max_micro_batch: bool = 
         from trainmem.memory.search import max_micro_batch as search
         best, est = search(spec, ts)
         return MaxMicroBatch(max_micro_batch_json(ts, best, est))
-    return Estimate(estimate_json(spec, ts, run_estimate(spec, ts), explain=explain, given=setup))
+    return Estimate(estimate_json(spec, ts, run_estimate(spec, ts), explain=explain))
 
 
 def compare(model: ModelRef, **setup: Any) -> Comparison:

@@ -284,10 +284,12 @@ def test_page_defaults_are_the_clis(client) -> None:
     import inspect
 
     from trainmem.plan_cli import plan_cmd
+    from trainmem.python_api import plan
 
     meta = client.get("/api/meta").json()
     cli_defaults = {n: p.default for n, p in inspect.signature(plan_cmd).parameters.items()}
-    assert meta["defaults"]["plan"]["seq_len"] == cli_defaults["seq_len"] == 4096
+    api_defaults = {n: p.default for n, p in inspect.signature(plan).parameters.items()}  # what plan fills in
+    assert meta["defaults"]["plan"]["seq_len"] == (cli_defaults["seq_len"] or api_defaults["seq_len"]) == 4096
     assert meta["defaults"]["plan"]["top"] == cli_defaults["top"] and meta["defaults"]["plan"]["precision"] == "bf16"
     assert "seq_len" not in meta["defaults"]["estimate"]  # the model's default (2048, or its context)
 

@@ -270,30 +270,61 @@ def cli_flags(fields: Mapping[str, object]) -> list[str]:
     return out
 
 
-def cheapest_fix(spec: ModelSpec, s: TrainingSetup, given: Mapping[str, object] | None = None) -> dict | None:
-    """For a run that does not fit: the single change that makes it fit at the least step time, with the flags
-    and fields that apply it to the command line ``given`` (default: every field of ``s`` spelled out); None
-    when the run fits. ``{"technique", "flags", "changes" (the setup fields the flags set),
-    "peak_allocated_bytes", "device_total_bytes", "gpu_memory_bytes", "slowdown_pct", "step_seconds", "fits"}``;
-    when no single change fits, the one that saves the most, with ``fits`` false (None if there is none)."""
-    base_m, base_t, rows, _ = _evaluate(spec, s)
-    if base_m.fits:
+def cheapest_fix(spec: ModelSpec, s: TrainingSetup, given: Mapping[str, object] | None = None,
+                 base: MemoryEstimate | None = None) -> dict | None:
+    """For a run that does not fit: the single change that makes it fit at the least step time — the first
+    option :func:`compare` lists — with the flags and fields that apply it to the command line ``given`` (default:
+    every field of ``s`` spelled out); None when the run fits. ``{"technique", "flags", "changes" (the setup
+    fields the flags set), "peak_allocated_bytes", "device_total_bytes", "gpu_memory_bytes", "slowdown_pct",
+    "step_seconds", "fits"}``; when no single change fits, the one that saves the most, with ``fits`` false (None
+    if there is none). Lazily: every option is timed (the performance model, cheap), and memory is estimated in
+    order of step time until an option fits (``base``: the run's estimate, when the caller has it)."""
+    base = base if base is not None else estimate(spec, s)
+    if base.fits:
         return None
-    if given is None:
-        given = s.model_dump(exclude={"notes"})
-    ranked, _ = _rank(base_m, s, base_t, rows)
-    for r in ranked:
-        fields = fix_fields(spec, given, r.setup)
-        if fields is None:
+    given = s.model_dump(exclude={"notes"}) if given is None else given
+    group = _group(s)
+    base_t = step_time(spec, s, group)
+    timed: list[tuple[float, Option, TrainingSetup, StepTime]] = []
+    for opt in techniques(s, spec):
+        try:
+            s2 = _changed(s, opt.changes)
+            t = step_time(spec, s2, group)
+        except TrainmemError:
             continue
-        return {"technique": r.opt.technique, "flags": cli_flags(fields),
-                "changes": {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},
-                "peak_allocated_bytes": r.memory.peak_allocated_bytes,
-                "device_total_bytes": r.memory.device_total_bytes, "gpu_memory_bytes": r.memory.gpu_memory_bytes,
-                "slowdown_pct": slowdown_pct(base_t.step_seconds, s.global_batch, r.time.step_seconds,
-                                             r.setup.global_batch),
-                "step_seconds": r.time.step_seconds, "fits": r.memory.fits}
+        timed.append((slowdown_pct(base_t.step_seconds, s.global_batch, t.step_seconds, s2.global_batch), opt, s2, t))
+    timed.sort(key=lambda x: x[0])
+    rows: list[_Row] = []
+    for i, (slow, opt, s2, t) in enumerate(timed):
+        try:
+            rows.append(_Row(opt, s2, estimate(spec, s2), t))
+        except TrainmemError:
+            continue
+        tie = i + 1 < len(timed) and timed[i + 1][0] == slow  # (equal step time: compare puts the larger saving first)
+        if not tie and any(r.memory.fits for r in rows):
+            found = _first_with_flags(spec, given, [r for r in _rank(base, s, base_t, rows)[0] if r.memory.fits])
+            if found is not None:
+                return _fix_json(found[0], found[1], base_t, s)
+    found = _first_with_flags(spec, given, _rank(base, s, base_t, rows)[0])
+    return None if found is None else _fix_json(found[0], found[1], base_t, s)
+
+
+def _first_with_flags(spec: ModelSpec, given: Mapping[str, object],
+                      rows: list[_Row]) -> tuple[_Row, dict[str, object]] | None:
+    for r in rows:
+        fields = fix_fields(spec, given, r.setup)
+        if fields is not None:
+            return r, fields
     return None
+
+
+def _fix_json(r: _Row, fields: dict[str, object], base_t: StepTime, s: TrainingSetup) -> dict:
+    return {"technique": r.opt.technique, "flags": cli_flags(fields),
+            "changes": {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},
+            "peak_allocated_bytes": r.memory.peak_allocated_bytes,
+            "device_total_bytes": r.memory.device_total_bytes, "gpu_memory_bytes": r.memory.gpu_memory_bytes,
+            "slowdown_pct": slowdown_pct(base_t.step_seconds, s.global_batch, r.time.step_seconds, r.setup.global_batch),
+            "step_seconds": r.time.step_seconds, "fits": r.memory.fits}
 
 
 def fix_command(command: str, model: str, given: Mapping[str, object], changes: Mapping[str, object]) -> str:

@@ -149,13 +149,11 @@ def _explain_tables(explain: dict, lang: str) -> str:
     return "".join(out)
 
 
-def fix_paragraph(est: dict, model: str, given: dict, lang: str = "en") -> str:
-    """For a run that does not fit (``est["cheapest_fix"]`` set by ``estimate --json``): the cheapest fix that
-    fits, and the command that runs it; "" otherwise."""
-    if est.get("fits", True) or "cheapest_fix" not in est:
-        return ""
+def fix_paragraph(fix: dict | None, model: str, given: dict, lang: str = "en") -> str:
+    """For a run that does not fit: the cheapest fix that fits (:func:`trainmem.plan.compare.cheapest_fix`) and
+    the command that runs it."""
     from trainmem.report.table import fix_lines
-    head, cmd = fix_lines(est["cheapest_fix"], model, given, lang)
+    head, cmd = fix_lines(fix, model, given, lang)
     code = f'<br><code data-testid="fix-command">{_e(cmd)}</code>' if cmd else ""
     return f'<p class="fix" data-testid="fix">{_e(head)}{code}</p>'
 

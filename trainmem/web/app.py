@@ -98,7 +98,7 @@ async def _read_json(request: Request) -> tuple[Any, Response | None]:
     return body, None
 
 
-def _view(command: str, body: dict, result: dict) -> dict:
+def _view(command: str, body: dict, result: dict, allow_paths: bool = False) -> dict:
     """The page's HTML (``summary`` above the charts, ``html`` below) and figures for a result, made by
     the same functions as the HTML report."""
     from trainmem.report import html as h
@@ -108,10 +108,11 @@ def _view(command: str, body: dict, result: dict) -> dict:
         est = result.get("estimate") if "max_micro_batch" in result else result
         if est is None:
             return {"summary": "", "html": "", "figures": {}}
-        from trainmem.cli_options import SETUP_FIELDS
-        given = {k: body[k] for k in SETUP_FIELDS if body.get(k) not in (None, "", False)}
-        model = body.get("model") if isinstance(body.get("model"), str) else "config.json"
-        return {"summary": h.estimate_summary(est, lang, h.fix_paragraph(est, str(model), given, lang)),
+        fix = ""
+        if not est["fits"]:
+            from trainmem.web.commands import estimate_fix
+            fix = h.fix_paragraph(*estimate_fix(body, allow_paths), lang)
+        return {"summary": h.estimate_summary(est, lang, fix),
                 "html": h.estimate_section(est, lang, explain=result.get("explain"), with_setup=False, with_summary=False),
                 "figures": h.estimate_figures(est, lang)}
     if command == "compare":
@@ -131,7 +132,7 @@ async def _answer(request: Request, command: str, view: bool = False) -> Respons
         return err
     try:
         result = await run_in_threadpool(run, command, body, request.app.state.allow_paths)
-        extra = await run_in_threadpool(_view, command, body, result) if view else None
+        extra = await run_in_threadpool(_view, command, body, result, request.app.state.allow_paths) if view else None
     except TrainmemError as exc:
         return _error(422, tr(str(exc), _lang(body)))
     payload = {"result": result, **extra} if view else result

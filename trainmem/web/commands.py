@@ -42,14 +42,26 @@ def _click_command(name: str):  # noqa: ANN202 - a click command
     return cmd
 
 
+def _plan_api_defaults() -> dict[str, object]:
+    """``trainmem.plan``'s keyword defaults: the values ``trainmem plan`` uses for what is not given."""
+    import inspect
+
+    from trainmem.python_api import plan
+    return {k: p.default for k, p in inspect.signature(plan).parameters.items()
+            if type(p.default) in (int, float, str)}
+
+
 def command_defaults() -> dict[str, dict[str, object]]:
-    """Each command's option defaults as its click command declares them — the CLI's (``plan --seq-len``
-    4096, ``estimate``'s unset, model-dependent one left out): the page shows these."""
+    """Each command's option defaults — the CLI's: what its click command declares, and for ``plan`` what it
+    fills in for an unset flag (``--seq-len`` 4096, ``trainmem.plan``'s defaults); ``estimate``'s unset,
+    model-dependent ones left out. The page shows these."""
     out: dict[str, dict[str, object]] = {}
     for name in COMMANDS:
         cmd = _click_command(name)
         out[name] = {p.name: p.default for p in cmd.params
                      if type(p.default) in (int, float, str) and p.param_type_name == "option"}
+    plan_params = {p.name for p in _click_command("plan").params}
+    out["plan"].update({k: v for k, v in _plan_api_defaults().items() if k in plan_params and k not in out["plan"]})
     return out
 
 
@@ -123,12 +135,25 @@ def _estimate(p: dict[str, Any], allow_paths: bool = False) -> dict:
     from trainmem.web.inputs import build_any
 
     check_lang(p["lang"])
-    given = opt.setup_fields(p)
-    spec, ts = build_any(p["model"], allow_paths, **given)
+    spec, ts = build_any(p["model"], allow_paths, **opt.setup_fields(p))
     if p.get("max_micro_batch"):
         from trainmem.memory.search import max_micro_batch as search
         return max_micro_batch_json(ts, *search(spec, ts))
-    return estimate_json(spec, ts, estimate(spec, ts), explain=bool(p.get("explain")), given=given)
+    return estimate_json(spec, ts, estimate(spec, ts), explain=bool(p.get("explain")))
+
+
+def estimate_fix(body: dict[str, Any], allow_paths: bool = False) -> tuple[dict | None, str, dict]:
+    """For the Estimate tab of a run that does not fit: (:func:`trainmem.plan.compare.cheapest_fix`, the model
+    as a command line names it, the setup fields the request gave)."""
+    from trainmem import cli_options as opt
+    from trainmem.plan.compare import cheapest_fix
+    from trainmem.web.inputs import build_any
+
+    p = parse("estimate", body)
+    given = {k: v for k, v in opt.setup_fields(p).items() if v is not None}
+    spec, ts = build_any(p["model"], allow_paths, **given)
+    model = p["model"] if isinstance(p["model"], str) else "config.json"
+    return cheapest_fix(spec, ts, given), model, given
 
 
 def _compare(p: dict[str, Any], allow_paths: bool = False) -> dict:
@@ -149,7 +174,9 @@ def plan_inputs(p: dict[str, Any], allow_paths: bool = False):  # noqa: ANN201 -
     check_lang(p["lang"])
     sizing = plan_checks(p["global_batch"], p["cluster"], p["gpu"], p["min_gpus"], p["tokens"], p["days"])
     extra = {k: p[k] for k in PLAN_EXTRA_KEYS}
-    req = plan_request(p["model"], p["cluster"] or f"1x{p['gpu']}", p["global_batch"], p["seq_len"], p["precision"],
+    defaults = _plan_api_defaults()  # (the CLI's --seq-len / --precision are unset until the command fills them)
+    req = plan_request(p["model"], p["cluster"] or f"1x{p['gpu']}", p["global_batch"],
+                       p["seq_len"] or defaults["seq_len"], p["precision"] or defaults["precision"],
                        p["margin"], p["top"], p["fix"], extra, allow_paths)
     return req, sizing
 
