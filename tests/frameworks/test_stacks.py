@@ -150,6 +150,10 @@ def test_litgpt_is_its_setup_defaults() -> None:
     assert p["optimizer"].default == "AdamW" and value("litgpt", "optimizer_impl") == "foreach"
     assert get_default_supported_precision(training=True) == "bf16-mixed" and value("litgpt", "precision") == "amp-bf16"
     text = Path(lora.__file__).read_text()
+    assert 'raise ValueError("Quantization and mixed precision is not supported.")' in text
+    _, ts = build("llama-3.1-8b", stack="litgpt", lora_rank=8, qlora=True)  # --quantize bnb.nf4: bf16-true
+    assert (ts.precision, ts.optimizer, ts.lora_targets, ts.adapter_dtype) == ("bf16", "paged-adamw", ("qkv.q", "qkv.v"),
+                                                                                "bf16")
     assert "lm_head_chunk_size=128" in text and "fabric.backward(loss" in text
     assert value("litgpt", "loss_chunks", seq_len=4096) == 32  # one chunk per 128 tokens
     assert value("litgpt", "loop") == "script"

@@ -37,6 +37,8 @@ STACK = Stack(
     defaults=(
         Default(field="engine", value="fsdp2", when=("multi-gpu",),
                 source=f"{_L} ModelParallelStrategy(parallelize_fn): fully_shard per Block; {_F} FSDPStrategy"),
+        Default(field="precision", value="bf16", engines=("torch", "fsdp2"), when=("qlora",),
+                source=f"{_L} quantize bnb.nf4 refuses mixed precision: bf16-true (BitsandbytesPrecision)"),
         Default(field="precision", value="amp-bf16", engines=("torch", "fsdp2"),
                 source="litgpt 0.5.13 litgpt/utils.py get_default_supported_precision(training=True) = bf16-mixed"),
         Default(field="optimizer", value="paged-adamw", when=("qlora",),
