@@ -28,18 +28,22 @@ CFG = dict(TINY["llama-gqa"], num_hidden_layers=1)  # (one block: one inductor c
 B, S = 2, 128
 
 
-def _saved_by_compiled_step_bytes() -> tuple[int, float]:
-    """(bytes the forward keeps for backward, seconds of the step including compilation)."""
+def _saved_by_compiled_step_bytes(backend: str = "inductor", checkpointed: bool = False) -> tuple[int, float]:
+    """(bytes the forward keeps for backward, seconds of the step including compilation); ``checkpointed``: each
+    block checkpointed inside its compiled region (torchtitan's apply_ac, then apply_compile)."""
+    from tests.memory.compile_measure import _compile_layer, host_rng_state
+
     torch._dynamo.reset()
     model = _build(CFG, "sdpa", torch.bfloat16)
-    for i, layer in enumerate(model.model.layers):
-        model.model.layers[i] = torch.compile(layer, backend="inductor")
+    for layer in model.model.layers:
+        _compile_layer(layer, backend, checkpointed)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved: dict[int, int] = {}
 
     def pack(t):
-        st = t.untyped_storage()
-        saved[st.data_ptr()] = st.nbytes()
+        if not host_rng_state(t):  # (a compiled checkpoint's CPU generator state: host memory on a GPU run)
+            st = t.untyped_storage()
+            saved[st.data_ptr()] = st.nbytes()
         return t
 
     ids = torch.randint(0, CFG["vocab_size"], (B, S))
@@ -63,6 +67,19 @@ def test_inductor_compiled_step_agrees_with_estimate_compile() -> None:
     assert at_backward == pytest.approx(measured, rel=0.03), (at_backward, measured)
     assert eager_at_backward > 1.2 * measured  # (the eager estimate would be far off: compile is modelled)
     print(f"inductor step {seconds:.0f} s (5 s with inductor's cache warm, ~70 s cold on two busy cores)")
+
+
+def test_checkpointed_compiled_step_agrees_with_estimate_compile_full_recompute() -> None:
+    """torchtitan's apply_ac + apply_compile on every block (the partitioner's cut, without inductor's kernels):
+    the step keeps each block's input and the eager embedding, final norm, head and loss."""
+    from tests.memory.compile_measure import PARTITION_BACKEND
+
+    measured, _ = _saved_by_compiled_step_bytes(PARTITION_BACKEND, checkpointed=True)
+    spec = spec_from_hf_config(CFG, name="llama-gqa")
+    est = estimate(spec, make_setup(precision="bf16", seq_len=S, micro_batch=B, compile=True, recompute="full"))
+    at_backward = next(c["activations"] for (phase, _), c in zip(est.timeline, est.timeline_categories)
+                       if phase.startswith("backward"))
+    assert at_backward == pytest.approx(measured, rel=0.03), (at_backward, measured)
 
 
 # ------------------------------------------------------------------ trainmem trace --compile (trace/compiled.py)
