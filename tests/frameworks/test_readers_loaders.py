@@ -274,3 +274,49 @@ def test_every_torchtune_config(recipe: str, name: str, path: Path) -> None:
         assert f["recompute"] == ("full" if raw["enable_activation_checkpointing"] else "none")
     assert (f.get("lora_rank", 0) > 0) == recipe.startswith("lora"), f
     assert got.model is not None or got.model_error.startswith("model._component_ ")
+
+
+# --------------------------------------------------------------------------- litgpt's setup() defaults
+
+def _litgpt_setup_defaults(module: str) -> dict[str, object]:
+    """The defaults of ``litgpt.finetune.<module>.setup`` read from the installed source (importing litgpt needs
+    lightning): the literal ones evaluated, ``TrainArgs(...)`` as its keyword values."""
+    import ast
+    import importlib.util
+    spec = importlib.util.find_spec("litgpt")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("litgpt is not installed (pip install --no-deps litgpt==0.5.13)")
+    tree = ast.parse((Path(next(iter(spec.submodule_search_locations))) / "finetune" / f"{module}.py").read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "setup")
+    out: dict[str, object] = {}
+    for arg, default in zip(fn.args.args[-len(fn.args.defaults):], fn.args.defaults):
+        if isinstance(default, ast.Call) and getattr(default.func, "id", "") == "TrainArgs":
+            out.update({f"train.{k.arg}": ast.literal_eval(k.value) for k in default.keywords})
+        else:
+            try:
+                out[arg.arg] = ast.literal_eval(default)
+            except ValueError:
+                pass
+    return out
+
+
+@pytest.mark.parametrize("module", ["lora", "full"])
+def test_litgpt_defaults_are_its_setup_defaults(tmp_path, module: str) -> None:
+    """A litgpt file with nothing but the checkpoint (and, for LoRA, its rank) takes setup()'s defaults."""
+    d = _litgpt_setup_defaults(module)
+    path = tmp_path / "c.yaml"
+    path.write_text("checkpoint_dir: checkpoints/meta-llama/Meta-Llama-3.1-8B\n"
+                    + ("lora_alpha: 16\n" if module == "lora" else ""))
+    f = read_config(str(path)).fields
+    assert d["precision"] is None and f["precision"] == "amp-bf16"  # get_default_supported_precision: bf16-mixed
+    assert d["devices"] == 1 and "gpus" not in f and f["recompute"] == "none"
+    assert f["micro_batch"] == d["train.micro_batch_size"]
+    assert f["grad_accum"] == d["train.global_batch_size"] // d["train.micro_batch_size"]
+    assert f["optimizer"] == {"AdamW": "adamw"}[d["optimizer"]]
+    if module == "lora":
+        assert f["lora_rank"] == d["lora_r"]
+        flags = {"lora_query": "q_proj", "lora_key": "k_proj", "lora_value": "v_proj", "lora_projection": "o_proj"}
+        assert f["lora_targets"].split(",") == [v for k, v in flags.items() if d[k]]
+        assert not d["lora_mlp"] and not d["lora_head"]
+    else:
+        assert "lora_rank" not in f
