@@ -4,11 +4,16 @@ measured throughput stays where it was measured (issue 8, "Published runs reprod
 The pinned figures are the ones docs/performance.md reports (calibration: SUSTAINED_FRACTION 0.84,
 STEP_OVERHEAD_SECONDS 0.10 s, fitted on the held-in points only). A change of the model that moves them by
 more than the margin fails here and must update the doc, the figures and this file together.
+
+Splits: held-in (calibration), dev (the rest of published_throughput.json: not fitted on, but features were
+added in answer to its misses — called "held-out" before issue 17) and held-out
+(published_throughput_heldout.json, frozen before any estimate was run on it).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 import time
@@ -25,19 +30,24 @@ sys.modules["plan_vs_published"] = bench
 _spec.loader.exec_module(bench)
 
 POINTS = [p for p in bench.load_points()] if bench.DATA.exists() else []
+HELDOUT = bench.load_heldout_points()
 needs_points = pytest.mark.skipif(not POINTS, reason="benchmarks/published_throughput.json not present")
+needs_heldout = pytest.mark.skipif(not HELDOUT, reason="benchmarks/published_throughput_heldout.json not present")
 
 #: Measured with the constants above (docs/performance.md), all points (--all), no planner.
-HELD_IN_MEDIAN, HELD_OUT_MEDIAN = 0.049, 0.059
-HELD_IN_COUNT, HELD_OUT_COUNT = 15, 29
+HELD_IN_MEDIAN, DEV_MEDIAN = 0.049, 0.059
+HELD_IN_COUNT, DEV_COUNT = 15, 29
+#: The frozen held-out set, first run after it was committed (eff328d): 22 counted of 24, median 3.2 %,
+#: max 26.5 % (llm-foundry MPT-30B at 8k on 8 A100 80GB), signed +0.6 %.
+HELDOUT_MEDIAN, HELDOUT_MAX, HELDOUT_COUNT = 0.032, 0.265, 22
 MARGIN = 0.02
 
 
 @pytest.fixture(scope="module")
 def rows():
     start = time.perf_counter()
-    out = [bench.evaluate(p) for p in POINTS]
-    assert time.perf_counter() - start < 20.0
+    out = [bench.evaluate(p) for p in POINTS + HELDOUT]
+    assert time.perf_counter() - start < 30.0
     return out
 
 
@@ -58,12 +68,21 @@ def test_every_complete_point_is_predicted(rows):
 
 
 @needs_points
+def test_dev_accuracy_is_pinned(rows):
+    """Dev (never seen by the calibration, but modelled against): median |error| within 2 points of the measured
+    5.9 %, and inside the issue's 10 % target."""
+    n, med, _ = _stat(rows, "dev")
+    assert n == DEV_COUNT
+    assert med <= DEV_MEDIAN + MARGIN
+    assert med <= bench.TARGET_MEDIAN
+
+
+@needs_heldout
 def test_held_out_accuracy_is_pinned(rows):
-    """Held out (never seen by the calibration): median |error| within 2 points of the measured 5.9 %, and
-    inside the issue's 10 % target."""
-    n, med, _ = _stat(rows, "held-out")
-    assert n == HELD_OUT_COUNT
-    assert med <= HELD_OUT_MEDIAN + MARGIN
+    """The frozen held-out set: median and max within 2 points of the first run's 3.2 % and 26.5 %."""
+    n, med, mx = _stat(rows, "held-out")
+    assert n == HELDOUT_COUNT
+    assert med <= HELDOUT_MEDIAN + MARGIN and mx <= HELDOUT_MAX + MARGIN
     assert med <= bench.TARGET_MEDIAN
 
 
@@ -78,7 +97,7 @@ def test_held_in_accuracy_is_pinned(rows):
 def test_the_model_is_no_longer_systematically_optimistic(rows):
     """Before the sustained-clock, fixed-GEMM-cost, contention and TP-overlap terms the signed median over
     the published points was +22 %; now it is within ±10 % on each split."""
-    for split in ("held-in", "held-out"):
+    for split in ("held-in", "dev", "held-out"):
         signed = [sg for sp, by, _, _, _, _, sg in bench.summary(rows) if sp == split and by == "all"][0]
         assert abs(signed) < 0.10, (split, signed)
 
@@ -89,7 +108,7 @@ def test_excluded_points_say_why_and_stay_out_of_the_statistics(rows):
     assert {r.id for r in excluded} >= set(bench.EXCLUDED)
     assert all(len(r.excluded) > 20 for r in excluded)
     counted = sum(n for sp, by, _, n, *_ in bench.summary(rows) if sp == "all" and by == "all")
-    assert counted == sum(1 for r in rows if r.counted) == HELD_IN_COUNT + HELD_OUT_COUNT
+    assert counted == sum(1 for r in rows if r.counted) == HELD_IN_COUNT + DEV_COUNT + (HELDOUT_COUNT if HELDOUT else 0)
     assert not any(r.counted for r in excluded)
 
 
@@ -133,4 +152,61 @@ def test_report_renders(capsys):
     assert bench.main(["--all", "--markdown"]) == 0
     out = capsys.readouterr().out
     assert "| split | by | group | points |" in out and "targets:" in out
-    assert "| held-out | all | all |" in out and "Excluded from the statistics" in out
+    assert "| dev | all | all |" in out and "Excluded from the statistics" in out
+    if HELDOUT:
+        assert "| held-out | all | all |" in out and "Held-out points off by more than 25 %" in out
+
+
+# -- the frozen held-out set -------------------------------------------------------------------------
+@needs_heldout
+def test_held_out_set_is_frozen_and_apart():
+    """Frozen (its date and the words in _about), none of its points held in, in the dev file, or among the
+    llm-foundry rows the Triton factor is fitted on; every point says where it comes from."""
+    data = json.loads(bench.HELDOUT.read_text())
+    assert data["frozen"] == "2026-12-01" and "frozen 2026-12-01 before any estimate" in data["_about"]
+    ids = [p["id"] for p in HELDOUT]
+    assert len(ids) == len(set(ids)) >= 20
+    assert not set(ids) & {p["id"] for p in POINTS}
+    assert not set(ids) & {p["id"] for p in bench.foundry_row_points()}
+    assert not any(cal.is_held_in(i) for i in ids) and all(bench.split_of(p) == "held-out" for p in HELDOUT)
+    assert all(bench.split_of(p) in ("held-in", "dev") for p in POINTS)
+    for p in HELDOUT:
+        assert p["source"].startswith("https://github.com/") and "/blob/" in p["source"] and p["quote"], p["id"]
+        assert p["source_group"] and ("missing" in p and (p["complete"] or p["missing"])), p["id"]
+
+
+@needs_heldout
+def test_held_out_fields_match_their_quoted_rows():
+    """Each point's configuration and measurement are the ones of the table row it quotes (llm-foundry's
+    20 columns: model, seq, GPUs, GPU, MFU, HFU, TFLOP, micro-batch, accumulation, global batch, ..., T/s/GPU,
+    ..., activation checkpointing; fms-fsdp's 6: size, sharding, AC, batch, A100 and H100 tokens/s/GPU)."""
+    lf = fms = 0
+    for p in HELDOUT:
+        cells = [c.strip() for c in p["quote"].strip().strip("|").split("|")]
+        tput = p["measured"]["tokens_per_second_per_gpu"]["value"]
+        if p["id"].startswith("lf-"):
+            lf += 1
+            assert p["model"]["name"] == "MPT-" + cells[0] and int(cells[1]) == p["seq_len"] == p["model"]["seq_len"]
+            assert int(cells[2]) == p["gpus"] and cells[3] == {"A100-SXM-80G": "a100_80gb", "A100-SXM-40G": "a100_40gb"}[p["gpu"]]
+            assert (int(cells[7]), int(cells[9]), float(cells[12])) == (p["micro_batch"], p["global_batch"], tput)
+            assert (cells[17] == "True") == p["recompute"].startswith("full"), p["id"]
+        else:
+            fms += 1
+            assert p["id"].startswith("fms-") and cells[0] in p["id"] and int(cells[3]) == p["micro_batch"] == 2
+            assert float(cells[4 if p["gpu"].startswith("A100") else 5]) == tput
+            assert p["global_batch"] == 2 * p["gpus"] and (cells[1] == "HSDP") == bool(p.get("excluded"))
+    assert (lf, fms) == (16, 8)
+
+
+@needs_heldout
+def test_fms_points_are_not_mapped_as_composer():
+    """IBM's fms-fsdp is plain PyTorch FSDP1: none of llm-foundry's Composer mapping (Triton attention, fused
+    cross-entropy, BACKWARD_POST); its stated network (400 Gb/s per 8-GPU node) is the cluster's inter link."""
+    p = next(p for p in HELDOUT if p["id"] == "fms-a100-bf16-llama2-70b-128gpu")
+    how: list[str] = []
+    spec = bench.build_spec(p, how)
+    gpu = bench.build_gpu(p["gpu"], [])
+    s = bench.build_setup(p, spec, gpu, [], how)
+    assert s.attn_kernel != "triton" and s.loss != "fused-ce" and s.backward_prefetch != "post"
+    grp = bench.build_group(p, gpu, [], how)
+    assert grp.inter.gbps == pytest.approx(50 / 8)
