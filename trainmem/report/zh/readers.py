@@ -159,7 +159,6 @@ PATTERNS: list[tuple[str, str]] = [
     ("--from {p:p}: {why}; give MODEL", "--from {p}：{why!t}；请给出 MODEL"),
     ("--from {p:p}: {why}", "--from {p}：{why!t}"),
     ("--from {p}: {why}", "--from {p}：{why!t}"),
-    ("--config {p:p}: {why}", "--config {p}：{why!t}"),
     ("not valid {s:w} ({detail})", "不是合法的 {s}（解析器的原话：\"{detail}\"）"),
     ("not valid {s:w} (nested too deeply)", "不是合法的 {s}（嵌套太深）"),
     ("not a {s:w} mapping of keys to values", "不是键值映射形式的 {s}"),
