@@ -17,9 +17,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainmem.model.spec import ModelSpec, attention_layer_types
-from trainmem.setup import TrainingSetup
+
+if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
+    from trainmem.setup import TrainingSetup
 
 __all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
            "head_saved", "embedding_saved", "torch_cp", "plain_mlp_act_saved_per_elem", "relu2_backward_extra_per_elem",

@@ -25,9 +25,13 @@ Core module: no torch import.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainmem.model.lora_targets import layer_linears
 from trainmem.model.spec import ModelSpec
-from trainmem.setup import TrainingSetup
+
+if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
+    from trainmem.setup import TrainingSetup
 
 __all__ = ["legacy_matmul4bit_input_bytes_per_token"]
 

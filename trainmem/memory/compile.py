@@ -41,9 +41,13 @@ bound: inductor fuses them).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainmem.memory.activations import LayerSaved, Term, compute_bytes, is_amp, layer_saved, residual_bytes
 from trainmem.model.spec import ModelSpec
-from trainmem.setup import TrainingSetup
+
+if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
+    from trainmem.setup import TrainingSetup
 
 __all__ = ["COMPILE_FAMILIES", "compile_refusal", "compiled_layer_saved", "compiled_checkpoint_input_bytes",
            "compile_assumptions"]

@@ -47,9 +47,13 @@ no fp32 norm copies, one tensor of width 2i instead of HF's four of width i).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainmem.memory.activations import LayerSaved, Term, _moe_terms, compute_bytes, residual_bytes
 from trainmem.model.spec import ModelSpec
-from trainmem.setup import TrainingSetup
+
+if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
+    from trainmem.setup import TrainingSetup
 
 __all__ = ["megatron_te_layer", "megatron_layer_saved", "te_attention_backend",
            "layernorm_linear_norm_saved_bytes_per_token", "te_linear_input_saved_bytes_per_token",
