@@ -154,6 +154,16 @@ ZH_RUNS = [
     ["--error", str(CORPUS / "oom" / "adam_exp_avg_sq_no_frame.txt")],
     ["--error", str(CORPUS / "tb" / "nccl_timeout.txt")],
     ["--log", str(LOGS / "gpu_reserved_over_peak.csv")],
+    # issue 19: stale copies at save / resume, the fixes compare has no row for, the precision a GPU or engine implies
+    ["--error", str(CORPUS / "oom" / "ckpt_save_bnb8bit_rich.txt"), "llama-2-7b", "--lora-rank", "8"],
+    ["--error", str(CORPUS / "oom" / "ckpt_resume_optimizer_trainer.txt"), "llama-2-7b", "--gpus", "8", "--engine",
+     "fsdp2"],
+    ["--error", str(CORPUS / "oom" / "ckpt_save_deepcopy_merge.txt")],
+    ["--error", str(CORPUS / "oom" / "unallocated_small_backward.txt"), "llama-2-7b", "--lora-rank", "8", "--gpu",
+     "A100-SXM-40G", "--seq-len", "4096"],
+    ["llama-3.2-1b", "--gpu", "T4-16G"],
+    ["llama-2-7b", "--gpu", "V100-SXM2-32G", "--engine", "deepspeed", "--zero", "2"],
+    ["llama-3.2-1b", "--engine", "deepspeed", "--zero", "2", "--precision", "bf16", "--gpus", "2"],
 ]
 
 

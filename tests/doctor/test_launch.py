@@ -51,3 +51,16 @@ def test_bad_configs(tmp_path, text: str, match: str) -> None:
     p.write_text(text)
     with pytest.raises(ConfigError, match=match):
         parse_launch_config(str(p))
+
+
+def test_a_from_reader_error_is_said_of_config(tmp_path) -> None:
+    """A config the --from reader takes (axolotl YAML) with a bad value: the error names --config, in zh too."""
+    from trainmem.report.i18n import tr
+    p = tmp_path / "axolotl.yaml"
+    p.write_text("base_model: meta-llama/Llama-2-7b-hf\nmicro_batch_size: abc\nsequence_len: 2048\nadapter: lora\n")
+    with pytest.raises(ConfigError) as e:
+        parse_launch_config(str(p))
+    msg = str(e.value)
+    assert msg.startswith(f"--config {p}: ") and "micro_batch_size" in msg and "--from" not in msg
+    zh = tr(msg, "zh")
+    assert zh.startswith(f"--config {p}：") and "正整数" in zh

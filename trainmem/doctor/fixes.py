@@ -20,13 +20,14 @@ from trainmem.errors import TrainmemError
 from trainmem.units import fmt_bytes
 
 __all__ = ["memory_fixes", "speed_fixes", "extra_fixes", "shorter_seq_fix", "qlora_fix", "bigger_gpu_fix",
-           "flags_of", "fits_after", "EXPANDABLE", "RESUME_ACTION", "SAVE_ACTION"]
+           "flags_of", "fits_after", "EXPANDABLE", "NOT_COMPARED", "RESUME_ACTION", "SAVE_ACTION"]
 
 EXPANDABLE = "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 RESUME_ACTION = ("free the stale copy: load the checkpoint on the CPU (torch.load(..., map_location='cpu'); "
                  "transformers >= 4.27 loads optimizer.pt so, PR #22159) and del it after load_state_dict")
 SAVE_ACTION = ("free the stale copy: build what is saved on the CPU before saving (model.to('cpu') or the state "
                "dict offloaded to the CPU; save the adapters alone, no deepcopy or merge_and_unload on the GPU)")
+NOT_COMPARED = "step time not compared: the run's GPU type is not known"
 _FLAG = {"engine": "--engine", "zero": "--zero", "precision": "--precision", "offload": "--offload",
          "micro_batch": "--micro-batch", "grad_accum": "--grad-accum", "recompute": "--recompute", "tp": "--tp",
          "pp": "--pp", "dp": "--dp", "cp": "--cp", "ep": "--ep", "vpp": "--vpp"}
@@ -121,8 +122,9 @@ def _negligible(exp: Expected, saves: int, fits: bool) -> bool:
 
 def shorter_seq_fix(exp: Expected, longer_than_stated: bool = False) -> Fix | None:
     """Half the sequence length (cutoff_len, max_seq_length, truncation of the longest samples), estimated: offered
-    when the step's dynamic memory is at least :data:`SEQ_SHARE` of the peak, or when the evidence shows the run
-    holding more than its flags describe (sequences longer than ``--seq-len``)."""
+    when the step's dynamic memory is at least :data:`SEQ_SHARE` of the peak and it frees :data:`MIN_SAVING` of it
+    (or fits), or when the evidence shows the run holding more than its flags describe (sequences longer than
+    ``--seq-len``: the saving estimated at the stated length is then a lower bound)."""
     s = exp.setup
     if s.seq_len < _MIN_SEQ_LEN or not (longer_than_stated or _dynamic_share(exp) >= SEQ_SHARE):
         return None
@@ -132,8 +134,8 @@ def shorter_seq_fix(exp: Expected, longer_than_stated: bool = False) -> Fix | No
         return None
     _, e2 = got
     saves = exp.estimate.peak_allocated_bytes - e2.peak_allocated_bytes
-    if _negligible(exp, saves, e2.fits):
-        return None
+    if saves <= 0 or (not longer_than_stated and _negligible(exp, saves, e2.fits)):
+        return None  # (sequences longer than stated: the estimate at the stated length is a lower bound)
     return Fix(f"shorter or truncated sequences (--seq-len {n}: cutoff_len / max_seq_length / max_length; truncate "
                "or drop the longest samples)", saves, 0.0, bool(e2.fits))
 
@@ -171,7 +173,7 @@ def bigger_gpu_fix(exp: Expected) -> Fix | None:
         action = (f"a bigger GPU: {gpu.name} ({fmt_bytes(gpu.memory_bytes)}), the smallest in the catalog that fits "
                   f"this setup unchanged (--gpu {gpu.name})")
         if s.gpu_memory is not None:  # the run's GPU is known by its memory only: no step time to compare with
-            return Fix(action + "; step time not compared: the run's GPU type is not known", 0, 0.0, True)
+            return Fix(f"{action}; {NOT_COMPARED}", 0, 0.0, True)
         return Fix(action, 0, _slowdown(exp, s2), True)
     return None
 

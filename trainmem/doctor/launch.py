@@ -248,7 +248,10 @@ def _framework_fields(path: str) -> tuple[str, dict[str, Any]]:
         if "not a config trainmem reads" in text:
             raise ConfigError(f"--config {path}: neither a DeepSpeed/TrainingArguments JSON, an Accelerate YAML nor a "
                               "torchtitan TOML") from None
-        raise ConfigError("--config" + text[len("--from"):] if text.startswith("--from ") else text) from None
+        if text.startswith("--from "):  # the --from reader's message, said of --config
+            where, _, why = text[len("--from "):].partition(": ")
+            raise ConfigError(f"--config {where}: {why}") from None
+        raise ConfigError(text) from None
     stated = {what.split(" ", 1)[0] for what, _ in fs.read}
     return fs.format, {k: v for k, v in fs.fields.items() if k in stated and k not in fs.blocked}
 

@@ -9,6 +9,7 @@ Chinese (the cause IDs never change).
 from __future__ import annotations
 
 from trainmem.doctor.case import Finding
+from trainmem.doctor.fixes import NOT_COMPARED
 from trainmem.report.i18n import tr
 from trainmem.units import fmt_bytes
 
@@ -49,8 +50,12 @@ def _finding_lines(i: int, f: Finding, lang: str) -> list[str]:
     if f.fixes:
         out.append("   " + t("fixes (memory saved for this run, step-time change):"))
         for x in f.fixes:
-            if x.saves_bytes == 0 and x.fits:  # capacity, not savings (a bigger GPU)
-                out.append("     * " + t(f"{t(x.action)}: step time {x.slowdown_pct:+.1f} %"))
+            if x.saves_bytes == 0 and NOT_COMPARED in x.action:  # capacity, with no step time to compare
+                out.append("     * " + t(x.action))
+                continue
+            if x.saves_bytes == 0:  # capacity, not savings (a bigger GPU), or bytes nothing sizes (no estimate)
+                fit = ", fits" if x.fits else ""
+                out.append("     * " + t(f"{t(x.action)}: step time {x.slowdown_pct:+.1f} %{fit}"))
                 continue
             mem = f"saves {fmt_bytes(x.saves_bytes)}" if x.saves_bytes >= 0 else f"uses {fmt_bytes(-x.saves_bytes)} more"
             fit = ", fits" if x.fits else ""

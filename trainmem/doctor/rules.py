@@ -401,15 +401,15 @@ def stale_checkpoint_copy(ev: Evidence, exp: Expected | None) -> Finding | None:
     if w.checkpoint == "resume":
         sentence = (f"raised while resuming from a checkpoint ({w.checkpoint_at}): the checkpoint's tensors are loaded "
                     "onto the GPU next to the live ones")
-        what, action = "the optimizer states and master weights", RESUME_ACTION
+        what, action = "the optimizer states and master weights take", RESUME_ACTION
     else:
         sentence = (f"raised while saving a checkpoint ({w.checkpoint_at}): the copy made for saving (a state dict "
                     "gathered on the GPU, a deepcopy or merged model) sits next to the live weights")
-        what, action = "a copy of the weights", SAVE_ACTION
+        what, action = "a copy of the weights takes", SAVE_ACTION
     sentences = [sentence, *_oom_sentences(ev)]
     if copy:
-        sentences.append(f"estimate: {what} take {g(copy)}; training itself fits in {g(exp.estimate.device_total_bytes)}"
-                         if exp.estimate.fits else f"estimate: {what} take {g(copy)}")
+        sentences.append(f"estimate: {what} {g(copy)}; training itself fits in {g(exp.estimate.device_total_bytes)}"
+                         if exp.estimate.fits else f"estimate: {what} {g(copy)}")
     return Finding("duplicate_fp32_copy", tuple(sentences), copy or None, _needed(ev),
                    (_ev_fix(action, copy, ev, exp),), 0.8 if w.checkpoint_from_text else 0.85)
 

@@ -49,7 +49,6 @@ EXACT: dict[str, str] = {
     "more than estimated (check --optimizer, --precision, --zero)":
         "在优化器更新中抛出，而估算是放得下的：优化器状态和更新时的临时张量比估算的更大（检查 --optimizer、--precision、"
         "--zero）",
-    "the optimizer states and master weights": "优化器状态和主权重",
     "quantized base, QLoRA (--qlora: bitsandbytes load_in_4bit, LLaMA-Factory quantization_bit 4)":
         "量化基座，QLoRA（--qlora：bitsandbytes load_in_4bit，LLaMA-Factory quantization_bit 4）",
     # rules.py / fixes.py: actions
@@ -277,6 +276,9 @@ PATTERNS: list[tuple[str, str]] = [
      "the data",
      "PyTorch 已分配 {a}，比估算的峰值 {p} 多出 {x}：这一步的动态显存比参数描述的更多（序列比 --seq-len 长，或 "
      "micro-batch 更大）；模型状态不会随数据变化"),
+    # --config read by the --from reader (doctor/launch.py): its message, said of --config
+    ("--config {p:p}: {why}", "--config {p}：{why!t}"),
+    ("--config {p}: {why}", "--config {p}：{why!t}"),
     # stale copies at save / resume
     ("raised while resuming from a checkpoint ({loc}): the checkpoint's tensors are loaded onto the GPU next to the "
      "live ones", "在从 checkpoint 恢复训练时抛出（{loc}）：checkpoint 里的张量被加载到了 GPU 上，和正在用的那份并存"),
@@ -284,8 +286,11 @@ PATTERNS: list[tuple[str, str]] = [
      "deepcopy or merged model) sits next to the live weights",
      "在保存 checkpoint 时抛出（{loc}）：为保存而做的副本（在 GPU 上汇总的 state dict、deepcopy 或合并后的模型）和"
      "正在用的权重并存"),
-    ("estimate: {what} take {b}; training itself fits in {d}", "估算：{what!t}占 {b}；训练本身 {d} 就放得下"),
-    ("estimate: {what} take {b}", "估算：{what!t}占 {b}"),
+    ("estimate: the optimizer states and master weights take {b}; training itself fits in {d}",
+     "估算：优化器状态和主权重占 {b}；训练本身 {d} 就放得下"),
+    ("estimate: the optimizer states and master weights take {b}", "估算：优化器状态和主权重占 {b}"),
+    ("estimate: a copy of the weights takes {b}; training itself fits in {d}", "估算：一份权重副本占 {b}；训练本身 {d} 就放得下"),
+    ("estimate: a copy of the weights takes {b}", "估算：一份权重副本占 {b}"),
     # fixes compare has no row for
     ("shorter or truncated sequences (--seq-len {n:d}: cutoff_len / max_seq_length / max_length; truncate or drop "
      "the longest samples)",
@@ -325,6 +330,7 @@ PATTERNS: list[tuple[str, str]] = [
     ("{a}: saves {s}, step time {t} %, fits", "{a}：省 {s}，步时 {t} %，放得下"),
     ("{a}: uses {s} more, step time {t} %, fits", "{a}：多用 {s}，步时 {t} %，放得下"),
     ("{a}: saves {s}, step time {t} %", "{a}：省 {s}，步时 {t} %"),
+    ("{a}: step time {t} %, fits", "{a}：步时 {t} %，放得下"),
     ("{a}: step time {t} %", "{a}：步时 {t} %"),
     ("{a}: uses {s} more, step time {t} %", "{a}：多用 {s}，步时 {t} %"),
 ]
