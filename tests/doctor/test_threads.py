@@ -105,3 +105,17 @@ def test_doc_is_the_scripts_output() -> None:
     doc = (ROOT / "docs" / "doctor.md").read_text(encoding="utf-8")
     assert doc == b.markdown(list(_rows()), b.load()), "regenerate: python benchmarks/doctor_threads.py --markdown"
     assert b.table(list(_rows())) in doc
+
+
+def test_readme_figures_are_the_scripts() -> None:
+    b = _bench()
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    m = re.search(r"On (\d+) public OOM threads .*? the first cause is the resolution's on (\d+)/(\d+) dev and "
+                  r"(\d+)/(\d+) held-out threads \(held out by whole repository; (\d+) and (\d+) `undetermined`, "
+                  r"counted apart\), and the fix that worked is offered on (\d+)/(\d+) and (\d+)/(\d+)\.", text)
+    assert m, "README's doctor figures"
+    dev, held = b.summary(list(_rows()), "dev"), b.summary(list(_rows()), "held_out")
+    assert [int(x) for x in m.groups()] == [
+        dev["threads"] + held["threads"], dev["cause_right"], dev["threads"], held["cause_right"], held["threads"],
+        dev["undetermined"], held["undetermined"], dev["fix_offered"], dev["threads"], held["fix_offered"],
+        held["threads"]]
