@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainmem.memory.activations import (LayerSaved, checkpoint_input_elem_bytes, compute_bytes, eager_softmax_bytes,
+from trainmem.memory.activations import (LayerSaved, checkpoint_input_elem_bytes, compute_bytes, derived_attn,
+                                         derived_mode, eager_softmax_bytes,
                                          fused_attention_backward_bytes, gpt_oss_forward_peak_bytes, is_amp,
                                          layer_saved, model_wide_saved_bytes, opt_embed_proj_dim, opt_post_ln,
                                          plain_mlp_act_forward_extra_per_elem, plain_mlp_act_saved_per_elem,
@@ -53,6 +54,8 @@ class StepPlan:
     wide: int = 0
     fwd_tmp: int = 0
     norm_bwd: int = 0
+    post_norm_bwd: int = 0
+    """A norm after the MLP (derived post-norm families, trainmem/model/derive.py): its backward opens the layer's."""
     final_norm_bwd: int = 0
     mlp_bwd_extra: int = 0
     mlp_width: int = 0
@@ -211,6 +214,8 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
     # backward also upcasts the LM head's input gradient (four fp32 tensors, traced).
     plan.norm_bwd = (12 if spec.norm == "rmsnorm" else r) * T * h // sp_div
     plan.final_norm_bwd = (16 if spec.norm == "rmsnorm" else r) * T * h // sp_div
+    if spec.derived is not None and spec.derived.post_mlp_norm(derived_mode(s), derived_attn(s)):
+        plan.post_norm_bwd = plan.norm_bwd
     # Bytes per (token × MLP width) alive together in the MLP's backward beyond d(product): gated MLPs
     # hold d(act) and d(up) (2c), a plain MLP d(act) only; GPT-2's gelu_new under autocast
     # differentiates its fp32 formula (three fp32 gradients of width i and a 16-bit one, traced).

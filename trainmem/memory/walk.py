@@ -301,6 +301,7 @@ class StepWalk:
         if rc[j] != "none" and j == len(p.layer_ids) - 1:
             self.recompute_layer(mb, j)
         n_down, n_mlp_rest, n_o, n_attn_rest = p.grad_pieces(j)
+        tl.spike(f"postnormbwd{mb}.{idx}", "temporaries", p.post_norm_bwd)  # (a norm after the MLP: derived post-norm)
         # MLP backward: the output projection's grads, then its saved input and weight copy go (the
         # gradient stream and d(product) first; then d(act), d(up) once down_proj is done)
         tl.alloc(f"bwdtmp{mb}.{idx}", "temporaries", p.compute_bytes * T * p.mlp_width)

@@ -13,9 +13,10 @@ Two measurements, both on tensors without data (so any size costs the same):
    saves (``torch.autograd.graph.saved_tensors_hooks``) is recorded by storage while the middle layer runs,
    by the layer's child that saved it. Storages that the neighbouring layers save too (rotary cos/sin,
    masks) are the model-wide part; parameters and autocast's 16-bit weight copies are left out (the
-   estimator counts those from the parameter counts). Three runs — (b, s) = (1, s₁), (1, s₂), (2, s₁) —
-   give, per child, ``bytes = γ + b·(α·s + β·s²)``: a per-token term α, a quadratic term β (an eager s×s
-   softmax) and a constant γ.
+   estimator counts those from the parameter counts). Six runs — s = s₁, s₂, s₃ with b = 1 and 2 —
+   give, per child, ``bytes = b·(α·s + β·s²) + γ + c·s + e·s²``: per sequence a per-token term α and a
+   quadratic term β (an eager s×s softmax); shared by the sequences (GLM-4 rebuilds its rotary cos/sin in
+   every layer) a constant γ and terms c, e.
 
 Results are cached per (config, precision class, attention) in this process and on disk
 (``$TRAINMEM_CACHE_DIR``, default ``~/.cache/trainmem/derived``; keyed by the config, transformers' and
@@ -34,6 +35,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,10 +50,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DerivedLayers", "SavedPart", "derive_spec", "DERIVE_VERSION", "SEQ_LENS", "cache_dir"]
 
-DERIVE_VERSION = 2
+DERIVE_VERSION = 4
 """Bumped when the measurement changes (part of the disk-cache key)."""
-SEQ_LENS = (64, 128)
-"""The two sequence lengths of the fit (s₁, s₂)."""
+SEQ_LENS = (64, 128, 192)
+"""The sequence lengths of the fit (s₁, s₂, s₃), each with micro-batches of 1 and 2 sequences."""
 _PROBE_LAYERS = 3
 _DROP_KEYS = ("architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype", "auto_map",
               "quantization_config")
@@ -64,8 +66,10 @@ _MODES = {"fp32": ("float32", None), "16": ("bfloat16", None), "amp": ("float32"
 
 @dataclass(frozen=True, slots=True)
 class SavedPart:
-    """What one child of a decoder layer (or the model-wide set) saves for backward:
-    ``constant_bytes + b·(per_token_bytes·s + per_token_seq_bytes·s²)`` for a micro-batch of b sequences of s."""
+    """What one child of a decoder layer (or the model-wide set) saves for backward, for a micro-batch of b
+    sequences of s tokens: ``b·(per_token_bytes·s + per_token_seq_bytes·s²)`` for what each sequence has (its
+    activations, an eager s×s softmax) plus ``shared_per_seq_bytes·s + shared_per_seq2_bytes·s² + constant_bytes``
+    for what the sequences share (GLM-4's per-layer rotary cos/sin, a (1, 1, s, s) mask, tensors of the weights)."""
 
     name: str
     """``derived:<child>`` (``self_attn``, ``mlp``, ``input_layernorm``, ...), ``mlp_down_input`` for the
@@ -76,9 +80,12 @@ class SavedPart:
     per_token_bytes: float
     per_token_seq_bytes: float
     constant_bytes: int
+    shared_per_seq_bytes: float = 0.0
+    shared_per_seq2_bytes: float = 0.0
 
     def bytes_for(self, b: int, s: int) -> int:
-        return int(round(self.constant_bytes + b * (self.per_token_bytes * s + self.per_token_seq_bytes * s * s)))
+        shared = self.constant_bytes + self.shared_per_seq_bytes * s + self.shared_per_seq2_bytes * s * s
+        return int(round(shared + b * (self.per_token_bytes * s + self.per_token_seq_bytes * s * s)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +94,9 @@ class _Probe:
     wide: SavedPart
     input_kept: SavedPart
     """Of the parts, the layer's input itself (a checkpoint holds it already: not twice under recompute)."""
+    post_mlp_norm: bool = False
+    """A norm runs after the MLP (OLMo-2's post_feedforward_layernorm, GLM-4's post_mlp_layernorm): its backward
+    is the first of the layer's, with the layer's saved tensors (recomputed ones too) alive."""
 
 
 def cache_dir() -> Path:
@@ -118,7 +128,8 @@ class DerivedLayers:
     def note(self) -> str:
         return (f"{self.model_type}: derived from transformers ({self.architecture} on the meta device for exact "
                 f"parameters; layer 1 of a {_PROBE_LAYERS}-layer copy traced on fake tensors at s = "
-                f"{SEQ_LENS[0]}, {SEQ_LENS[1]} for what each layer saves, linear + quadratic in s); engine paths: "
+                f"{', '.join(map(str, SEQ_LENS))} with 1 and 2 sequences for what each layer saves, linear + quadratic "
+                "in s, per sequence and shared); engine paths: "
                 "torch, fsdp2, deepspeed over data parallelism, recompute none or full (no tp/pp/cp/ep, megatron, "
                 "LoRA, selective recompute, fp8 or offload until the family is described)")
 
@@ -152,6 +163,10 @@ class DerivedLayers:
     def input_kept(self, mode: str, attn: str) -> SavedPart:
         """What the layer saves that is its input tensor itself."""
         return self._probe(mode, attn).input_kept
+
+    def post_mlp_norm(self, mode: str, attn: str) -> bool:
+        """Whether a norm runs after the MLP (its backward opens the layer's backward)."""
+        return self._probe(mode, attn).post_mlp_norm
 
     def _probe(self, mode: str, attn: str) -> _Probe:
         got = self._probes.get((mode, attn))
@@ -391,9 +406,9 @@ _COMPONENT_OF = {"mlp_down_input": "mlp", "derived:mlp": "mlp", "o_input": "atte
 
 
 def _probe_forward(torch: Any, model: Any, layers: Any, vocab: int, b: int, s: int, amp: Any,
-                   copies: set[int]) -> tuple[dict[str, int], int, int]:
-    """One forward of the probe model: {part name: bytes the middle layer saves}, model-wide bytes, and the
-    bytes of its saved tensors that are its input itself."""
+                   copies: set[int]) -> tuple[dict[str, int], int, int, bool]:
+    """One forward of the probe model: {part name: bytes the middle layer saves}, model-wide bytes, the
+    bytes of its saved tensors that are its input itself, and whether a norm ran after the MLP."""
     owner = _Owner()
     per_layer: list[dict[int, tuple[str | None, bool, bool, int]]] = [{} for _ in layers]
     handles = _hook_layers(torch, layers, owner)
@@ -422,31 +437,43 @@ def _probe_forward(torch: Any, model: Any, layers: Any, vocab: int, b: int, s: i
     parts: dict[str, int] = {}
     wide = 0
     own_input = sum(n for sid, (*_, n) in per_layer[1].items() if sid == owner.inputs.get(1))
+    post_norm = False
     for sid, (child, down, after, n) in per_layer[1].items():
         if sid in shared:
             wide += n
         else:
             name = _part_name(owner, child, down, after)
             parts[name] = parts.get(name, 0) + n
+            post_norm |= name == "mlp_down_input" and child is not None and _component(child, None) == "norm"
     del out, kept
-    return parts, wide, own_input
+    return parts, wide, own_input, post_norm
 
 
-def _fit(name: str, component: str, f11: int, f12: int, f21: int) -> SavedPart:
-    """``γ + b·(α·s + β·s²)`` through (b, s) = (1, s₁) → f11, (1, s₂) → f12, (2, s₁) → f21."""
-    s1, s2 = SEQ_LENS
-    per_seq1 = f21 - f11                  # b-part at s₁: α·s₁ + β·s₁²
-    gamma = f11 - per_seq1
-    per_seq2 = f12 - gamma                # α·s₂ + β·s₂²
-    beta = (per_seq2 / s2 - per_seq1 / s1) / (s2 - s1)
-    alpha = per_seq1 / s1 - beta * s1
-    if abs(beta) < 1e-9:
-        beta = 0.0
-    return SavedPart(name, component, alpha, beta, int(gamma))
+def _quadratic_through(points: list[tuple[int, float]]) -> tuple[float, float, float]:
+    """(c₀, c₁, c₂) of ``c₀ + c₁·s + c₂·s²`` through three (s, value) points (Lagrange form; exact for
+    integer byte counts up to float rounding, cleaned below)."""
+    (x0, y0), (x1, y1), (x2, y2) = points
+    d0, d1, d2 = (x0 - x1) * (x0 - x2), (x1 - x0) * (x1 - x2), (x2 - x0) * (x2 - x1)
+    c2 = y0 / d0 + y1 / d1 + y2 / d2
+    c1 = -(y0 * (x1 + x2) / d0 + y1 * (x0 + x2) / d1 + y2 * (x0 + x1) / d2)
+    c0 = y0 * x1 * x2 / d0 + y1 * x0 * x2 / d1 + y2 * x0 * x1 / d2
+    return tuple(0.0 if abs(c) < 1e-6 else c for c in (c0, c1, c2))  # type: ignore[return-value]
+
+
+def _fit(name: str, component: str, one: list[int], two: list[int]) -> SavedPart:
+    """Per-sequence part ``b·(α·s + β·s²)`` from what a second sequence adds at each s (``two - one``; a
+    per-sequence constant would be a tensor of the weights, so its c₀ is ~0), and the shared part
+    ``γ + c·s + e·s²`` from what is left of one sequence's bytes, both through s₁, s₂, s₃."""
+    per_seq = [(s, float(b2 - b1)) for s, b1, b2 in zip(SEQ_LENS, one, two)]
+    _, alpha, beta = _quadratic_through(per_seq)
+    shared = [(s, b1 - (alpha * s + beta * s * s)) for s, b1 in zip(SEQ_LENS, one)]
+    gamma, c, e = _quadratic_through(shared)
+    return SavedPart(name, component, alpha, beta, int(round(gamma)), c, e)
 
 
 def _measure(d: DerivedLayers, mode: str, attn: str) -> _Probe:
-    """Run the probe model three times on fake tensors with the tracer's CUDA emulations and fit the parts."""
+    """Run the probe model at each of ``SEQ_LENS`` with 1 and 2 sequences on fake tensors with the tracer's CUDA
+    emulations, and fit the parts."""
     torch, transformers = _import_torch()
     if torch is None:
         raise UnsupportedError(_needs_torch(d.model_type))
@@ -461,7 +488,7 @@ def _measure(d: DerivedLayers, mode: str, attn: str) -> _Probe:
     amp = getattr(torch, amp_name) if amp_name else None
     config = _hf_config(transformers, d.config, d.model_type, layers=_PROBE_LAYERS)
     vocab = int(getattr(config, "vocab_size", 0) or 0) or 2
-    runs: list[tuple[dict[str, int], int, int]] = []
+    runs: dict[tuple[int, int], tuple[dict[str, int], int, int, bool]] = {}
     copies: set[int] = set()
     with contextlib.ExitStack() as stack:
         stack.enter_context(FakeTensorMode())
@@ -472,15 +499,28 @@ def _measure(d: DerivedLayers, mode: str, attn: str) -> _Probe:
         model = _build(transformers, torch, config, d.architecture, dtype=getattr(torch, param_dtype), attn=attn)
         model.train()
         layers = _decoder_layers(torch, model, _PROBE_LAYERS)
-        s1, s2 = SEQ_LENS
-        for b, s in ((1, s1), (1, s2), (2, s1)):
-            copies.clear()
-            runs.append(_probe_forward(torch, model, layers, vocab, b, s, amp, copies))
-            torch.clear_autocast_cache()
-    names = sorted({n for parts, _, _ in runs for n in parts})
-    fitted = tuple(_fit(n, _COMPONENT_OF[n], *(parts.get(n, 0) for parts, _, _ in runs)) for n in names)
-    wide = _fit("derived:model_wide", "norm", *(w for _, w, _ in runs))
-    return _Probe(fitted, wide, _fit("derived:input_kept", "norm", *(k for _, _, k in runs)))
+        quiet = logging.getLogger("torch._subclasses.fake_tensor")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)  # (a shape error would print its traceback there first)
+        stack.callback(quiet.setLevel, level)
+        try:
+            for b in (1, 2):
+                for s in SEQ_LENS:
+                    copies.clear()
+                    runs[(b, s)] = _probe_forward(torch, model, layers, vocab, b, s, amp, copies)
+                    torch.clear_autocast_cache()
+        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(f"transformers cannot run {d.architecture} on this config: {msg}") from None
+
+    def series(pick: Any) -> tuple[list[int], list[int]]:
+        return [pick(runs[(1, s)]) for s in SEQ_LENS], [pick(runs[(2, s)]) for s in SEQ_LENS]
+
+    names = sorted({n for parts, *_ in runs.values() for n in parts})
+    fitted = tuple(_fit(n, _COMPONENT_OF[n], *series(lambda r, n=n: r[0].get(n, 0))) for n in names)
+    wide = _fit("derived:model_wide", "norm", *series(lambda r: r[1]))
+    return _Probe(fitted, wide, _fit("derived:input_kept", "norm", *series(lambda r: r[2])),
+                  any(r[3] for r in runs.values()))
 
 
 def _cached_probe(d: DerivedLayers, mode: str, attn: str) -> _Probe:
@@ -491,7 +531,7 @@ def _cached_probe(d: DerivedLayers, mode: str, attn: str) -> _Probe:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         return _Probe(tuple(SavedPart(**p) for p in raw["parts"]), SavedPart(**raw["wide"]),
-                      SavedPart(**raw["input_kept"]))
+                      SavedPart(**raw["input_kept"]), bool(raw["post_mlp_norm"]))
     except (OSError, ValueError, KeyError, TypeError):
         pass
     probe = _measure(d, mode, attn)
@@ -499,7 +539,8 @@ def _cached_probe(d: DerivedLayers, mode: str, attn: str) -> _Probe:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"parts": [_as_dict(p) for p in probe.parts], "wide": _as_dict(probe.wide),
-                                   "input_kept": _as_dict(probe.input_kept)}), encoding="utf-8")
+                                   "input_kept": _as_dict(probe.input_kept),
+                                   "post_mlp_norm": probe.post_mlp_norm}), encoding="utf-8")
         tmp.replace(path)
     except OSError:
         pass
@@ -508,7 +549,8 @@ def _cached_probe(d: DerivedLayers, mode: str, attn: str) -> _Probe:
 
 def _as_dict(p: SavedPart) -> dict[str, Any]:
     return {"name": p.name, "component": p.component, "per_token_bytes": p.per_token_bytes,
-            "per_token_seq_bytes": p.per_token_seq_bytes, "constant_bytes": p.constant_bytes}
+            "per_token_seq_bytes": p.per_token_seq_bytes, "constant_bytes": p.constant_bytes,
+            "shared_per_seq_bytes": p.shared_per_seq_bytes, "shared_per_seq2_bytes": p.shared_per_seq2_bytes}
 
 
 def _needs_torch(model_type: str, described: str = "") -> str:

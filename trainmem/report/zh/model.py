@@ -61,6 +61,7 @@ PATTERNS: list[tuple[str, str]] = [
     ("{a}: no list of {n:d} decoder layers found to derive from", "{a}：找不到由 {n} 个解码器层组成的列表，无法推导"),
     ("config.json (model_type {mt}): transformers refuses it: {e}", "config.json（model_type {mt}）：transformers 拒绝了它：{e}"),
     ("transformers cannot build {a} from this config: {e}", "transformers 无法用这个配置构建 {a}：{e}"),
+    ("transformers cannot run {a} on this config: {e}", "transformers 无法在这个配置上运行 {a}：{e}"),
     ("config.json: num_hidden_layers({n:d}) is above trainmem's limit of {lim:d}",
      "config.json：num_hidden_layers({n}) 超过了 trainmem 的上限 {lim}"),
     ("{ax:w}({n:d}) > 1 is not modelled for {mt}: its layer description is derived from transformers (sizes, not "
@@ -72,11 +73,12 @@ PATTERNS: list[tuple[str, str]] = [
     ("attn: {mt} has no sdpa implementation in transformers ({a}); use --attn eager",
      "attn：transformers 中 {mt} 没有 sdpa 实现（{a}）；请用 --attn eager"),
     ("{mt}: derived from transformers ({a} on the meta device for exact parameters; layer 1 of a {n:d}-layer copy "
-     "traced on fake tensors at s = {s1:d}, {s2:d} for what each layer saves, linear + quadratic in s); engine paths: "
+     "traced on fake tensors at s = {ss} with 1 and 2 sequences for what each layer saves, linear + quadratic in s, "
+     "per sequence and shared); engine paths: "
      "torch, fsdp2, deepspeed over data parallelism, recompute none or full (no tp/pp/cp/ep, megatron, LoRA, "
      "selective recompute, fp8 or offload until the family is described)",
      "{mt}：从 transformers 推导（在 meta 设备上构建 {a} 得到精确参数量；在 fake tensor 上追踪一个 {n} 层副本的第 1 层，"
-     "序列长度 s = {s1}、{s2}，得到每层为反向保存的张量，按 s 的一次项 + 二次项拟合）；支持的引擎路径：torch、fsdp2、"
+     "序列长度 s = {ss}、每批 1 和 2 条序列，得到每层为反向保存的张量，按 s 的一次项 + 二次项拟合，分每条序列与各序列共享两部分）；支持的引擎路径：torch、fsdp2、"
      "deepspeed 的数据并行，重计算 none 或 full（在该家族有专门描述之前，不支持 tp/pp/cp/ep、megatron、LoRA、"
      "选择性重计算、fp8 和卸载）"),
 ]
