@@ -320,3 +320,13 @@ def test_litgpt_defaults_are_its_setup_defaults(tmp_path, module: str) -> None:
         assert not d["lora_mlp"] and not d["lora_head"]
     else:
         assert "lora_rank" not in f
+
+
+def test_activation_checkpointing_is_the_new_name(tmp_path) -> None:
+    """transformers 5.24: ``activation_checkpointing`` wins over its deprecated alias ``gradient_checkpointing``."""
+    from transformers import TrainingArguments
+    args = TrainingArguments(output_dir=str(tmp_path), activation_checkpointing=False, gradient_checkpointing=True,
+                             use_cpu=True)
+    fs = read_config(_write(tmp_path / "a.json", {"output_dir": "x", "activation_checkpointing": False,
+                                                   "gradient_checkpointing": True}))
+    assert (fs.fields["recompute"] == "full") == args.activation_checkpointing

@@ -67,11 +67,14 @@ def read_hf(r: Reading, base: Path) -> None:
         r.default("seq_len", 1024, "TRL 1.16 SFTConfig: max_length=1024")
         if r.bool_("packing"):
             r.out.statements.append("packing on: every sequence is the full max_length")
-    gc = r.bool_("gradient_checkpointing")
+    # transformers 5.24: activation_checkpointing, with gradient_checkpointing its deprecated alias (used when the
+    # new name is not set; training_args.py __post_init__)
+    key = "activation_checkpointing" if r.get("activation_checkpointing") is not None else "gradient_checkpointing"
+    gc = r.bool_(key)
     if gc is None and trl:
         r.default("recompute", "full", "TRL 1.16 SFTConfig: gradient_checkpointing=True")
     elif gc is not None:
-        r.set("recompute", "full" if gc else "none", "gradient_checkpointing")
+        r.set("recompute", "full" if gc else "none", key)
     precision16 = _precision16(r, trl)
     dtype = str(r.get("dtype", r.get("torch_dtype", "")) or "").lower()
     hf_optim(r, "optim", who)
@@ -87,8 +90,7 @@ def read_hf(r: Reading, base: Path) -> None:
     deepspeed = hf_deepspeed(r, base, {"micro_batch": mb or 8, "grad_accum": ga or 1, "precision16": precision16})
     if not deepspeed:
         _set_precision(r, precision16, dtype, zero)
-    r.use("dtype", "torch_dtype", "bf16", "fp16", "gradient_checkpointing", "packing", "dataset_text_field",
-          "dataset_name", "dataset_mixture", "dataset_num_proc", "completion_only_loss", "assistant_only_loss")
+    r.use("dtype", "torch_dtype", "bf16", "fp16", "gradient_checkpointing", "activation_checkpointing", "packing")
 
 
 def _precision16(r: Reading, trl: bool) -> str | None:
@@ -115,7 +117,8 @@ def _set_precision(r: Reading, precision16: str | None, dtype: str, fsdp_zero: i
     if precision16 == "bf16" and dtype in ("bfloat16", "bf16"):
         r.set("precision", "bf16", "bf16 + dtype bfloat16 (16-bit weights)")
     elif fsdp_zero is not None and precision16 == "bf16":
-        r.set("precision", "bf16", "bf16 under Accelerate's FSDP: MixedPrecisionPolicy gathers and reduces in bf16, as accelerate_config mixed_precision bf16")
+        r.set("precision", "bf16", "bf16 under Accelerate's FSDP: MixedPrecisionPolicy gathers and reduces in bf16, "
+                                   "as accelerate_config mixed_precision bf16")
     else:
         r.set("precision", f"amp-{precision16}", precision16)
 
