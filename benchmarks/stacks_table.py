@@ -36,8 +36,8 @@ def markdown() -> str:
     parts = [_HEAD]
     for name in STACK_NAMES:
         st = get_stack(name)
-        parts.append(f"\n## `{name}` — {st.release}\n\nRuns on the engines: {', '.join(st.engines)} (what `plan --stack` "
-                     f"searches).\n\n| field | value | when | source |\n|---|---|---|---|\n")
+        parts.append(f"\n## `{name}` — {st.release}\n\nRuns on the engines: {', '.join(st.engines)} "
+                     f"(what `plan --stack` searches).\n\n| field | value | when | source |\n|---|---|---|---|\n")
         parts.extend(f"| `{f}` | `{_cell(v)}` | {_cell(c)} | {_cell(s)} |\n" for f, v, c, s in stack_rows(name))
         if st.notes:
             parts.append("\n" + "".join(f"- {_cell(n)}\n" for n in st.notes))

@@ -141,23 +141,26 @@ def test_litgpt_is_its_setup_defaults() -> None:
     p = inspect.signature(lora.setup).parameters
     on = [k for k in ("lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp", "lora_head")
           if p[k].default]
-    assert on == ["lora_query", "lora_value"] and value("litgpt", "lora_targets", lora_rank=8) == ("q_proj", "v_proj")
-    assert value("litgpt", "adapter_dtype", lora_rank=8) == "fp32"  # bf16-mixed: fp32 weights, adapters too
-    # bf16-true: LoRAQKVLinear's q and v slices, bf16 adapters
-    assert value("litgpt", "lora_targets", lora_rank=8, precision="bf16") == ("qkv.q", "qkv.v")
-    assert value("litgpt", "adapter_dtype", lora_rank=8, precision="bf16") == "bf16"
-    assert p["train"].default.micro_batch_size == 1 and value("litgpt", "micro_batch") == 1
+    # the config hub's bf16-true: LoRAQKVLinear's q and v slices, bf16 adapters
+    assert on == ["lora_query", "lora_value"] and value("litgpt", "lora_targets", lora_rank=8) == ("qkv.q", "qkv.v")
+    assert value("litgpt", "precision") == "bf16" and value("litgpt", "adapter_dtype", lora_rank=8) == "bf16"
+    # the CLI without a config: bf16-mixed, fp32 weights and adapters, PEFT-style targets
+    assert get_default_supported_precision(training=True) == "bf16-mixed"
+    assert value("litgpt", "lora_targets", lora_rank=8, precision="amp-bf16") == ("q_proj", "v_proj")
+    assert value("litgpt", "adapter_dtype", lora_rank=8, precision="amp-bf16") == "fp32"
+    assert p["train"].default.micro_batch_size == 1 and value("litgpt", "micro_batch", lora_rank=8) == 1
+    assert value("litgpt", "seq_len") == 512 and value("litgpt", "micro_batch") == 4  # the hub's full.yaml
     assert p["optimizer"].default == "AdamW" and value("litgpt", "optimizer_impl") == "foreach"
-    assert get_default_supported_precision(training=True) == "bf16-mixed" and value("litgpt", "precision") == "amp-bf16"
     text = Path(lora.__file__).read_text()
     assert 'raise ValueError("Quantization and mixed precision is not supported.")' in text
     _, ts = build("llama-3.1-8b", stack="litgpt", lora_rank=8, qlora=True)  # --quantize bnb.nf4: bf16-true
-    assert (ts.precision, ts.optimizer, ts.lora_targets, ts.adapter_dtype) == ("bf16", "paged-adamw", ("qkv.q", "qkv.v"),
-                                                                                "bf16")
+    assert (ts.precision, ts.optimizer, ts.adapter_dtype) == ("bf16", "paged-adamw", "bf16")
+    assert ts.lora_targets == ("qkv.q", "qkv.v")
     assert "lm_head_chunk_size=128" in text and "fabric.backward(loss" in text
     assert value("litgpt", "loss_chunks", seq_len=4096) == 32  # one chunk per 128 tokens
     assert value("litgpt", "loop") == "script"
     assert value("litgpt", "recompute") == "none" and value("litgpt", "recompute", gpus=8) == "full"
+    assert value("litgpt", "micro_batch", lora_rank=8, qlora=True) == 2
 
 
 def test_torchtitan_is_job_config_defaults() -> None:
@@ -172,14 +175,15 @@ def test_torchtitan_is_job_config_defaults() -> None:
     assert (value("torchtitan", "optimizer"), value("torchtitan", "optimizer_impl")) == ("adamw", "fused")
     assert (j.training.mixed_precision_param, j.training.mixed_precision_reduce) == ("bfloat16", "float32")
     assert value("torchtitan", "precision") == "amp-bf16" and value("torchtitan", "engine") == "fsdp2"
-    assert value("torchtitan", "seq_len") == j.training.seq_len and value("torchtitan", "micro_batch") == j.training.local_batch_size
+    assert j.training.seq_len == 2048 and j.training.local_batch_size == 8  # without a config; llama3_8b.toml:
+    assert value("torchtitan", "seq_len") == 8192 and value("torchtitan", "micro_batch") == 1
     assert j.compile.enable is False and value("torchtitan", "compile") is False
     _, ts = build("llama-3.1-8b", stack="torchtitan")  # run_train.sh's allocator setting: a field trainmem lacks
-    assert any(n.startswith("expandable_segments true: the torchtitan default, not modelled by trainmem (") for n in ts.notes)
+    assert any(n.startswith("expandable_segments true: the torchtitan default, not modelled by trainmem (")
+               for n in ts.notes)
     assert (j.activation_checkpoint.mode, j.activation_checkpoint.selective_ac_option) == ("selective", "2")
-    # every second of llama-3.1-8b's 32 blocks: 16 checkpointed; per stage under pp
-    assert (value("torchtitan", "recompute"), value("torchtitan", "recompute_layers")) == ("full", 16)
-    assert value("torchtitan", "recompute_layers", gpus=8, pp=2) == 8
+    assert value("torchtitan", "recompute") == "selective"  # llama3_8b.toml: selective_ac_option = 'op'
+    assert value("torchtitan", "recompute_layers") is None
 
 
 def test_deepspeed_is_its_config_parser() -> None:
@@ -187,7 +191,8 @@ def test_deepspeed_is_its_config_parser() -> None:
     from tests.export.engines import deepspeed_config
     cfg = deepspeed_config({"train_batch_size": 1}, dp=1)
     assert cfg.zero_optimization_stage == 0 and value("deepspeed", "zero") == 0
-    assert not cfg.bfloat16_config.enabled and not cfg.float16_config.enabled and value("deepspeed", "precision") == "fp32"
+    assert not cfg.bfloat16_config.enabled and not cfg.float16_config.enabled
+    assert value("deepspeed", "precision") == "fp32"
     assert cfg.train_micro_batch_size_per_gpu == 1 and value("deepspeed", "micro_batch") == 1
 
 
@@ -334,7 +339,8 @@ def test_plan_takes_the_stack_s_engines_and_defaults(capsys) -> None:
     from trainmem.frameworks import plan_stack
     extra, engines = plan_stack("torchtune", {"lora_rank": 8, "optimizer": None}, 2048, 8)
     assert engines == ("torch", "fsdp2")
-    assert (extra["loss"], extra["loss_chunks"], extra["loop"], extra["optimizer"]) == ("chunked", 8, "trainer", "adamw")
+    assert (extra["loss"], extra["loss_chunks"], extra["loop"]) == ("chunked", 8, "trainer")
+    assert extra["optimizer"] == "adamw"
     assert extra["lora_targets"] == "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
     extra, _ = plan_stack("torchtune", {"optimizer": "sgd"}, 2048, 8)
     assert extra["optimizer"] == "sgd"  # the flag given wins

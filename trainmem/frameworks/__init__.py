@@ -20,8 +20,8 @@ from typing import Any
 from trainmem.errors import ConfigError
 from trainmem.frameworks.stack import CONDITIONS, Default, Run, Stack
 
-__all__ = ["STACK_NAMES", "Stack", "Default", "Run", "Target", "CONDITIONS", "get_stack", "check_stack_name", "apply_stack",
-           "merge_fields", "stack_rows", "PLAN_FIELDS", "plan_stack"]
+__all__ = ["STACK_NAMES", "Stack", "Default", "Run", "Target", "CONDITIONS", "get_stack", "check_stack_name",
+           "apply_stack", "merge_fields", "stack_rows", "PLAN_FIELDS", "plan_stack"]
 
 #: ``--stack`` name → module of :mod:`trainmem.frameworks` holding its ``STACK``.
 _MODULES: dict[str, str] = {

@@ -12,8 +12,8 @@ STACK = Stack(
     release="Accelerate 1.15.0",
     engines=("torch", "fsdp2", "deepspeed"),
     defaults=(
-        Default(field="engine", value="torch", source="accelerate 1.15.0 accelerate/state.py distributed_type MULTI_GPU "
-                                                      "(DDP) without a config"),
+        Default(field="engine", value="torch",
+                source="accelerate 1.15.0 accelerate/state.py distributed_type MULTI_GPU (DDP) without a config"),
         Default(field="precision", value="fp32", source="accelerate 1.15.0 accelerate/state.py "
                                                         "ACCELERATE_MIXED_PRECISION default 'no'"),
         Default(field="loop", value="script", source="accelerate 1.15.0 examples/nlp_example.py outputs = "

@@ -19,7 +19,8 @@ STACK = Stack(
         Default(field="precision", engines=_D, value="fp32", source=f"{_C}constants.py FP16_ENABLED_DEFAULT=False; "
                                                         "precision_config.py bf16.enabled=False"),
         Default(field="zero", engines=_D, value=0, source=f"{_C}zero/config.py DeepSpeedZeroConfig.stage=0"),
-        Default(field="offload", engines=_D, value="none", source=f"{_C}zero/config.py offload_optimizer=None offload_param=None"),
+        Default(field="offload", engines=_D, value="none",
+                source=f"{_C}zero/config.py offload_optimizer=None offload_param=None"),
         Default(field="micro_batch", engines=_D, value=1, source=f"{_C}constants.py train_micro_batch_size_per_gpu=1"),
     ),
     notes=(

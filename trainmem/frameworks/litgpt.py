@@ -1,5 +1,8 @@
-"""LitGPT 0.5.13 as it ships: ``litgpt finetune_lora`` / ``finetune_full`` with their ``setup()`` defaults
-(``litgpt/finetune/lora.py``, ``full.py``; ``tests/frameworks`` reads them from the installed package)."""
+"""LitGPT 0.5.13 as it ships: ``litgpt finetune_lora`` / ``finetune_full`` with the configs of its config hub
+(``config_hub/finetune/llama-3.1-8b/{lora,qlora,full}.yaml`` at v0.5.13: ``precision: bf16-true``, whose measured
+table is the hub's README) over the ``setup()`` defaults of ``litgpt/finetune/lora.py`` / ``full.py``
+(``tests/frameworks`` reads those from the installed package). Without a config the CLI runs bf16-mixed
+(``--precision amp-bf16``)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ __all__ = ["STACK", "LM_HEAD_CHUNK_TOKENS"]
 
 _L = "litgpt 0.5.13 litgpt/finetune/lora.py"
 _F = "litgpt 0.5.13 litgpt/finetune/full.py"
+_H = "litgpt v0.5.13 config_hub/finetune/llama-3.1-8b/"
 LM_HEAD_CHUNK_TOKENS = 128
 """``model(input_ids, lm_head_chunk_size=128)`` and ``chunked_cross_entropy(chunk_size=128)``: 128 tokens a chunk."""
 
@@ -37,17 +41,16 @@ STACK = Stack(
     defaults=(
         Default(field="engine", value="fsdp2", when=("multi-gpu",),
                 source=f"{_L} ModelParallelStrategy(parallelize_fn): fully_shard per Block; {_F} FSDPStrategy"),
-        Default(field="precision", value="bf16", engines=("torch", "fsdp2"), when=("qlora",),
-                source=f"{_L} quantize bnb.nf4 refuses mixed precision: bf16-true (BitsandbytesPrecision)"),
-        Default(field="precision", value="amp-bf16", engines=("torch", "fsdp2"),
-                source="litgpt 0.5.13 litgpt/utils.py get_default_supported_precision(training=True) = bf16-mixed"),
+        Default(field="precision", value="bf16", engines=("torch", "fsdp2"),
+                source=f"{_H}lora.yaml precision: bf16-true (qlora.yaml, full.yaml too)"),
         Default(field="optimizer", value="paged-adamw", when=("qlora",),
                 source="litgpt 0.5.13 litgpt/utils.py instantiate_bnb_optimizer: bnb.optim.PagedAdamW"),
         Default(field="optimizer", value="adamw", source=f"{_L} optimizer='AdamW' (torch.optim.AdamW, foreach)"),
         Default(field="optimizer_impl", value="foreach", engines=("torch", "fsdp2"),
                 source=f"{_L} instantiate_torch_optimizer: torch.optim.AdamW without fused"),
         Default(field="recompute", value="full", when=("multi-gpu",),
-                source=f"{_L} parallelize_fn(activation_checkpointing=True); {_F} activation_checkpointing_policy={{Block}}"),
+                source=f"{_L} parallelize_fn(activation_checkpointing=True); "
+                       f"{_F} activation_checkpointing_policy={{Block}}"),
         Default(field="recompute", value="none", source=f"{_L} strategy='auto' on one device: no checkpointing"),
         Default(field="loss", value="chunked", source=f"{_L} chunked_cross_entropy(chunk_size=128)"),
         Default(field="loss_chunks", value=_chunks, source=f"{_L} model(input_ids, lm_head_chunk_size=128): "
@@ -55,7 +58,10 @@ STACK = Stack(
         Default(field="loop", value="script",
                 source=f"{_L} fit: logits = model(...); loss = chunked_cross_entropy(logits, ...); "
                        "fabric.backward(loss) with logits alive"),
-        Default(field="micro_batch", value=1, source=f"{_L} TrainArgs(micro_batch_size=1)"),
+        Default(field="seq_len", value=512, source=f"{_H}lora.yaml train.max_seq_length: 512"),
+        Default(field="micro_batch", value=2, when=("qlora",), source=f"{_H}qlora.yaml train.micro_batch_size: 2"),
+        Default(field="micro_batch", value=1, when=("lora",), source=f"{_H}lora.yaml train.micro_batch_size: 1"),
+        Default(field="micro_batch", value=4, when=("full",), source=f"{_H}full.yaml train.micro_batch_size: 4"),
         Default(field="adapter_dtype", value=_adapter_dtype, when=("lora",),
                 source="litgpt 0.5.13 litgpt/finetune/lora.py fabric.init_module under precision bf16-true"),
         Default(field="lora_targets", value=_targets, when=("lora",),
@@ -64,7 +70,8 @@ STACK = Stack(
         Default(field="compile", value=False, source=f"{_L} no torch.compile"),
     ),
     notes=(
-        "LitGPT's LoRA adapts slices of the fused qkv projection (LoRAQKVLinear): qkv.q,qkv.v with bf16-true "
-        "(--precision bf16); under bf16-mixed counted as PEFT adapters on q_proj and v_proj",
+        "LitGPT's LoRA adapts slices of the fused qkv projection (LoRAQKVLinear): qkv.q,qkv.v with bf16-true; "
+        "under bf16-mixed (--precision amp-bf16) counted as PEFT adapters on q_proj and v_proj",
+        "sequences are padded to the longest of the batch, not to max_seq_length: seq_len is an upper bound",
     ),
 )

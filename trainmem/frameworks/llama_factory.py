@@ -24,7 +24,8 @@ STACK = Stack(
                 source="llamafactory 0.9.5 model/adapter.py _setup_full_tuning cast_trainable_params_to_fp32; "
                        f"{_XF} bf16: true"),
         Default(field="precision", value="bf16", when=("lora",), engines=("torch", "fsdp2"),
-                source=f"{_H}parser.py compute_dtype=bfloat16 from bf16: true; model/patcher.py torch_dtype=compute_dtype"),
+                source=f"{_H}parser.py compute_dtype=bfloat16 from bf16: true; "
+                       "model/patcher.py torch_dtype=compute_dtype"),
         Default(field="adapter_dtype", value="fp32", when=("lora",),
                 source="llamafactory 0.9.5 model/adapter.py cast_trainable_params_to_fp32 (not pure_bf16)"),
         Default(field="recompute", value="full",

@@ -8,29 +8,34 @@ from trainmem.frameworks.stack import Default, Stack
 __all__ = ["STACK"]
 
 _A = "ms-swift v4.4.3 swift/arguments/"
+_HF = ("torch", "fsdp2", "deepspeed")  # swift sft (HF Trainer); swift megatron sft has its own arguments
 
 STACK = Stack(
     name="ms-swift",
     release="ms-swift v4.4.3",
     engines=("torch", "fsdp2", "deepspeed", "megatron"),
     defaults=(
-        Default(field="lora_rank", value=8, source=f"{_A}base_args/base_args.py tuner_type='lora'; tuner_args.py lora_rank=8"),
-        Default(field="lora_targets", value=("all-linear",), when=("lora",),
+        Default(field="lora_rank", engines=_HF, value=8,
+                source=f"{_A}base_args/base_args.py tuner_type='lora'; tuner_args.py lora_rank=8"),
+        Default(field="lora_targets", engines=_HF, value=("all-linear",), when=("lora",),
                 source=f"{_A}tuner_args.py target_modules=['all-linear']"),
         Default(field="precision", value="bf16", engines=("torch", "fsdp2"),
                 source=f"{_A}base_args/model_args.py torch_dtype=None -> the checkpoint's bfloat16; "
                        "_init_mixed_precision bf16=True"),
-        Default(field="recompute", value="full", source="ms-swift v4.4.3 swift/trainers/arguments.py "
+        Default(field="recompute", engines=_HF, value="full", source="ms-swift v4.4.3 swift/trainers/arguments.py "
                                                         "gradient_checkpointing=True"),
-        Default(field="micro_batch", value=1, source="ms-swift v4.4.3 swift/trainers/arguments.py "
+        Default(field="micro_batch", engines=_HF, value=1, source="ms-swift v4.4.3 swift/trainers/arguments.py "
                                                      "per_device_train_batch_size=1"),
-        Default(field="optimizer", value="adamw", source="HF TrainingArguments optim=adamw_torch_fused"),
+        Default(field="optimizer", engines=_HF, value="adamw", source="HF TrainingArguments optim=adamw_torch_fused"),
         Default(field="optimizer_impl", value="fused", engines=("torch", "fsdp2"),
                 source="HF TrainingArguments optim=adamw_torch_fused"),
-        Default(field="loop", value="trainer", source="ms-swift v4.4.3 swift/trainers Seq2SeqTrainer.compute_loss"),
-        Default(field="loss", value="hf", source=f"{_A}base_args/template_args.py padding_free=False, the model's loss"),
+        Default(field="loop", engines=_HF, value="trainer",
+                source="ms-swift v4.4.3 swift/trainers Seq2SeqTrainer.compute_loss"),
+        Default(field="loss", engines=_HF, value="hf",
+                source=f"{_A}base_args/template_args.py padding_free=False, the model's loss"),
     ),
     notes=(
         "ms-swift trains LoRA by default (tuner_type lora): give --lora-rank 0 for full fine-tuning",
+        "swift megatron sft (--engine megatron) has Megatron-SWIFT's own defaults, not listed here",
     ),
 )

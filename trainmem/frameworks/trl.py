@@ -20,7 +20,8 @@ STACK = Stack(
         Default(field="optimizer", value="adamw", source=f"{_SC}.optim=adamw_torch_fused"),
         Default(field="optimizer_impl", value="fused", engines=("torch", "fsdp2"),
                 source=f"{_SC}.optim=adamw_torch_fused (torch.optim.AdamW(fused=True))"),
-        Default(field="recompute", value="full", source="trl 1.16.0 trainer/base_config.py gradient_checkpointing=True"),
+        Default(field="recompute", value="full",
+                source="trl 1.16.0 trainer/base_config.py gradient_checkpointing=True"),
         Default(field="loop", value="trainer", source="trl 1.16.0 trainer/sft_trainer.py SFTTrainer.compute_loss"),
         Default(field="loss", value="fused-linear",
                 source="trl 1.16.0 trainer/sft_trainer.py add_fused_lm_head -> kernels/chunked_logprob.py "

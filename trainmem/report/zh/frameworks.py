@@ -21,13 +21,14 @@ EXACT: dict[str, str] = {
     "(custom_sharded_layers); trainmem wraps each decoder layer and the root":
         "torchtune：多卡全量微调把 tok_embeddings 和 output 各自作为单独的 FSDP 单元分片（custom_sharded_layers）；"
         "trainmem 按每个 decoder 层加根模块包装",
-    "litgpt: LitGPT's LoRA adapts slices of the fused qkv projection (LoRAQKVLinear): qkv.q,qkv.v with bf16-true "
-    "(--precision bf16); under bf16-mixed counted as PEFT adapters on q_proj and v_proj":
-        "litgpt：LitGPT 的 LoRA 作用在融合 qkv 投影的切片上（LoRAQKVLinear）：bf16-true（--precision bf16）时按 "
-        "qkv.q、qkv.v 计算；bf16-mixed 时按 PEFT 在 q_proj 和 v_proj 上的适配器计算",
-    "axolotl: sample_packing is off by default: sequences are padded to the longest of the batch, seq_len is an "
-    "upper bound":
-        "axolotl：默认不开 sample_packing：序列只填充到 batch 内最长的一条，seq_len 是上限",
+    "litgpt: LitGPT's LoRA adapts slices of the fused qkv projection (LoRAQKVLinear): qkv.q,qkv.v with bf16-true; "
+    "under bf16-mixed (--precision amp-bf16) counted as PEFT adapters on q_proj and v_proj":
+        "litgpt：LitGPT 的 LoRA 作用在融合 qkv 投影的切片上（LoRAQKVLinear）：bf16-true 时按 qkv.q、qkv.v 计算；"
+        "bf16-mixed（--precision amp-bf16）时按 PEFT 在 q_proj 和 v_proj 上的适配器计算",
+    "litgpt: sequences are padded to the longest of the batch, not to max_seq_length: seq_len is an upper bound":
+        "litgpt：序列只填充到 batch 内最长的一条，而不是 max_seq_length：seq_len 是上限",
+    "axolotl: the examples pack samples (sample_packing: true): every row is sequence_len tokens long":
+        "axolotl：示例配置会打包样本（sample_packing: true）：每一行都是 sequence_len 个 token",
     "llama-factory: gradient checkpointing is reentrant (use_reentrant_gc=True)":
         "llama-factory：梯度检查点是可重入式的（use_reentrant_gc=True）",
     "unsloth: Unsloth's own Triton kernels (RoPE, RMSNorm, SwiGLU, LoRA MLP) save fewer tensors than the "
@@ -36,10 +37,16 @@ EXACT: dict[str, str] = {
         "所建模的 transformers 模块少",
     "ms-swift: ms-swift trains LoRA by default (tuner_type lora): give --lora-rank 0 for full fine-tuning":
         "ms-swift：ms-swift 默认训练 LoRA（tuner_type lora）：全量微调请给 --lora-rank 0",
-    "torchtitan: every second block is checkpointed in torchtitan; trainmem checkpoints the first half of each "
-    "stage (--recompute-layers), the same saved bytes for alike layers":
-        "torchtitan：torchtitan 每隔一个 block 做一次检查点；trainmem 对每个流水线阶段的前一半层做检查点"
-        "（--recompute-layers），层结构相同时保存的字节数一样",
+    "ms-swift: swift megatron sft (--engine megatron) has Megatron-SWIFT's own defaults, not listed here":
+        "ms-swift：swift megatron sft（--engine megatron）有 Megatron-SWIFT 自己的默认值，这里没有列出",
+    "torchtitan: torchtitan's op-level selective checkpointing (models/llama3/infra/parallelize.py _op_sac_save_list: "
+    "matmul outputs but every second, attention, reductions saved) is counted as trainmem's selective recompute; "
+    "without a config (JobConfig) it checkpoints every second block fully: --recompute full --recompute-layers N/2":
+        "torchtitan：torchtitan 的算子级选择性检查点（models/llama3/infra/parallelize.py _op_sac_save_list：保存除每隔一个"
+        "之外的矩阵乘输出、注意力和归约结果）按 trainmem 的 selective 重计算计；不用配置文件（JobConfig）时它每隔一个 "
+        "block 做完整检查点：对应 --recompute full --recompute-layers N/2",
+    "torchtitan: the 70B and 405B train configs checkpoint every block: --recompute full (local_batch_size 8 and 2)":
+        "torchtitan：70B 和 405B 的训练配置对每个 block 都做检查点：请给 --recompute full（local_batch_size 分别为 8 和 2）",
     "megatron: Megatron-LM trains fp32 unless --bf16 or --fp16 is given; NeMo and Megatron-Bridge recipes set bf16 "
     "mixed precision and the distributed optimizer: give --precision mixed-bf16 --zero 1":
         "megatron：不给 --bf16 或 --fp16 时 Megatron-LM 以 fp32 训练；NeMo 和 Megatron-Bridge 的配方会设 bf16 "
