@@ -233,3 +233,21 @@ def test_fms_points_are_not_mapped_as_composer():
     assert s.attn_kernel != "triton" and s.loss != "fused-ce" and s.backward_prefetch != "post"
     grp = bench.build_group(p, gpu, [], how)
     assert grp.inter.gbps == pytest.approx(50 / 8)
+
+
+@needs_heldout
+def test_performance_doc_shows_what_the_script_prints(rows):
+    """docs/performance.md's summary table, its list of held-out points over 25 % and every row of its Points
+    table are the script's own output (``--all --markdown``); a change of the model or of a point that is not
+    regenerated into the doc fails here."""
+    doc = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    assert "\n".join(bench._render_summary(rows, True)) in doc
+    assert "\n".join(bench._over(rows)) in doc
+    head, table = bench._table(rows, with_plans=False)
+    doc_rows = {line.split(" | ")[0][2:]: line for line in doc.splitlines() if line.startswith("| ")}
+    for r, cells in zip(rows, table):
+        line = doc_rows.get(r.id)
+        assert line is not None, r.id
+        got = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        # the doc's Points table carries the planner's two columns before the flags (--with-plans)
+        assert got[:9] == cells[:9] and got[-1] == cells[-1], (r.id, got, cells)
