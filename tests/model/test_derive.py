@@ -231,7 +231,7 @@ def test_assumptions_say_it_was_derived_and_the_engine_paths(tmp_path):
     notes = estimate(spec, make_setup(precision="bf16", seq_len=256)).assumptions
     note = next(n for n in notes if "derived from transformers" in n)
     assert "engine paths: torch, fsdp2, deepspeed" in note and "no tp/pp/cp/ep" in note
-    assert list(tmp_path.glob("derived/*-16-sdpa.json"))  # cached on disk
+    assert list(tmp_path.glob("derived/*-16-sdpa.json")) and list(tmp_path.glob("derived/*-spec.json"))  # on disk
 
 
 def test_no_causal_lm_class_and_moe_are_refused():
@@ -248,6 +248,7 @@ def test_without_torch_one_clear_line(monkeypatch):
     import trainmem.model.derive as d
 
     monkeypatch.setattr(d, "_import_torch", lambda: (None, None))
+    monkeypatch.setattr(d, "_torch_installed", lambda: False)
     with pytest.raises(UnsupportedError) as err:
         spec_from_hf_config(dict(TINY, model_type="olmo2"), name="olmo2")
     msg = str(err.value)

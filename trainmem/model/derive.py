@@ -33,6 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import importlib.metadata
+import importlib.util
 import hashlib
 import json
 import logging
@@ -117,12 +120,8 @@ class DerivedLayers:
 
     @property
     def key(self) -> str:
-        """sha256 of the config (sorted JSON) and the versions that shape the measurement."""
-        import torch
-        import transformers
-        blob = json.dumps([self.config, transformers.__version__, torch.__version__, DERIVE_VERSION],
-                          sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+        """sha256 of the config and the versions that shape the measurement (:func:`_config_key`)."""
+        return _config_key(self.config)
 
     @property
     def note(self) -> str:
@@ -174,6 +173,34 @@ class DerivedLayers:
             got = _cached_probe(self, mode, attn)
             self._probes[(mode, attn)] = got
         return got
+
+
+def _config_key(config: Mapping[str, Any]) -> str:
+    """sha256 of the config (sorted JSON), transformers' and torch's versions (read from the installed
+    distributions: no import) and ``DERIVE_VERSION``."""
+    versions = []
+    for dist in ("transformers", "torch"):
+        try:
+            versions.append(importlib.metadata.version(dist))
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(None)
+    blob = json.dumps([dict(config), versions, DERIVE_VERSION], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _torch_installed() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` to ``path`` atomically; a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(obj), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass
 
 
 # --------------------------------------------------------------------------- torch side
@@ -525,8 +552,6 @@ def _measure(d: DerivedLayers, mode: str, attn: str) -> _Probe:
 
 def _cached_probe(d: DerivedLayers, mode: str, attn: str) -> _Probe:
     """The probe from the disk cache, or measured and stored there (a cache that cannot be written is skipped)."""
-    if _import_torch()[0] is None:
-        raise UnsupportedError(_needs_torch(d.model_type))
     path = cache_dir() / f"{d.key}-{mode}-{attn}.json"
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -535,15 +560,8 @@ def _cached_probe(d: DerivedLayers, mode: str, attn: str) -> _Probe:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     probe = _measure(d, mode, attn)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"parts": [_as_dict(p) for p in probe.parts], "wide": _as_dict(probe.wide),
-                                   "input_kept": _as_dict(probe.input_kept),
-                                   "post_mlp_norm": probe.post_mlp_norm}), encoding="utf-8")
-        tmp.replace(path)
-    except OSError:
-        pass
+    _write_json(path, {"parts": [_as_dict(p) for p in probe.parts], "wide": _as_dict(probe.wide),
+                       "input_kept": _as_dict(probe.input_kept), "post_mlp_norm": probe.post_mlp_norm})
     return probe
 
 
@@ -599,15 +617,41 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
                 max_layers: int = 2048, activations: frozenset[str] = frozenset()) -> ModelSpec:
     """A ``ModelSpec`` for a config whose family trainmem does not describe, from transformers itself:
     exact parameter counts from a meta-device build; ``spec.derived`` measures the layers on demand.
+    Both are cached on disk per config (a cached description needs no torch import: seconds saved).
 
     Raises ``UnsupportedError`` (one line) without torch/transformers, for a model_type transformers has
     no causal-LM class for, and for mixture-of-experts layers; ``ConfigError`` where transformers refuses
     the config. ``max_layers``, ``activations``: trainmem's layer guard and transformers' ACT2FN names
     (``trainmem.model.hf`` passes its own; this module does not import it)."""
     model_type = str(cfg.get("model_type"))
-    torch, transformers = _import_torch()
-    if torch is None:
+    if not _torch_installed():
         raise UnsupportedError(_needs_torch(model_type, described))
+    key = _config_key(_clean(cfg))
+    path = cache_dir() / f"{key}-spec.json"
+    try:
+        fields = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        fields = None
+    if not isinstance(fields, dict) or fields.get("activations") != sorted(activations):
+        torch, transformers = _import_torch()
+        if torch is None:
+            raise UnsupportedError(_needs_torch(model_type, described))
+        fields = _built_fields(torch, transformers, cfg, model_type, described, max_layers, activations)
+        _write_json(path, fields)
+    if fields["num_layers"] > max_layers:
+        raise ConfigError(f"config.json: num_hidden_layers({fields['num_layers']:,}) is above trainmem's limit of "
+                          f"{max_layers:,}")
+    params = dict(fields["params"])
+    params["layers"] = tuple(LayerParams(**lp) for lp in params["layers"])
+    spec_fields = {k: v for k, v in fields.items() if k not in ("params", "supports_sdpa", "activations")}
+    return ModelSpec(name=name, **spec_fields, params=ParamCounts(**params), source=source, hf_config=dict(cfg),
+                     derived=DerivedLayers(config=_clean(cfg), model_type=model_type,
+                                           architecture=fields["architecture"], supports_sdpa=fields["supports_sdpa"]))
+
+
+def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_type: str, described: str,
+                  max_layers: int, activations: frozenset[str]) -> dict[str, Any]:
+    """The ModelSpec fields of a meta-device build of ``cfg`` (JSON-able: the disk cache keeps them)."""
     architecture = _causal_lm_class(transformers, model_type, described)
     config = _hf_config(transformers, cfg, model_type)
     n_layers = _first_attr(config, "num_hidden_layers", "n_layer", "num_layers")
@@ -635,8 +679,8 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
         position = "alibi" if (getattr(config, "alibi", False) or model_type == "bloom") else "none"
     final_norms = [type(m).__name__.lower() for n, m in model.named_modules() if "norm" in type(m).__name__.lower()]
     act = str(_first_attr(config, "hidden_act", "hidden_activation", "activation_function", default="silu"))
-    return ModelSpec(
-        name=name, model_type=model_type, architecture=architecture, hidden_size=h, num_layers=n_layers,
+    return dict(
+        model_type=model_type, architecture=architecture, hidden_size=h, num_layers=n_layers,
         num_attention_heads=heads, num_kv_heads=kv, head_dim=head_dim, v_head_dim=head_dim,
         intermediate_size=width or 4 * h, vocab_size=int(_first_attr(config, "vocab_size")),
         tie_word_embeddings=tied, mlp_gated=gated, hidden_act=act if act in activations else "silu",
@@ -644,9 +688,9 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
         max_position_embeddings=int(_first_attr(config, "max_position_embeddings", "n_positions", "seq_length",
                                                 default=2**20)),
         rotary_dim=_rotary_dim(config, head_dim) if position == "rope" else None,
-        params=counts, source=source, hf_config=dict(cfg),
-        derived=DerivedLayers(config=_clean(cfg), model_type=model_type, architecture=architecture,
-                              supports_sdpa=bool(getattr(getattr(transformers, architecture), "_supports_sdpa", False))))
+        params={**dataclasses.asdict(counts), "layers": [dataclasses.asdict(lp) for lp in counts.layers]},
+        supports_sdpa=bool(getattr(getattr(transformers, architecture), "_supports_sdpa", False)),
+        activations=sorted(activations))
 
 
 def _clean(cfg: Mapping[str, Any]) -> dict[str, Any]:
