@@ -44,6 +44,7 @@ How a point is mapped (each mapping is printed in the point's ``how`` with ``--v
 Run:  python benchmarks/plan_vs_published.py             # complete points
       python benchmarks/plan_vs_published.py --all       # also incomplete points, with stated defaults
       python benchmarks/plan_vs_published.py --all --markdown --with-plans   # docs/performance.md tables
+      python benchmarks/plan_vs_published.py --all --split held-out   # only the frozen held-out set
       python benchmarks/plan_vs_published.py --calibrate # re-fit the two calibrated constants (held-in)
 """
 
