@@ -241,19 +241,123 @@ def trace_step(spec: "ModelSpec", setup: "TrainingSetup", *, progress: Progress 
     return best
 
 
+class _Modes:
+    """The dispatch modes and context managers one trace runs under, entered on ``stack`` in this order (see
+    :func:`_enter_modes`)."""
+
+    mesh: Any = None
+    sdpa: Any = None
+    amp: Any = None
+    dropout: Any = None
+    cp: Any = None
+    head_grads: Any = None
+
+
+def _enter_modes(stack: contextlib.ExitStack, setup: "TrainingSetup", *, fsdp: bool, tp: bool, cp: bool,
+                 emulate: bool) -> tuple[_Modes, StorageTracker]:
+    """Enter the fake world, a new tracker and the CUDA emulations, in the order they must nest."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from trainmem.trace import cp as cp_plan
+    from trainmem.trace import tp as tp_plan
+    from trainmem.trace.autocast import cuda_autocast
+    from trainmem.trace.dropout import cuda_dropout
+    from trainmem.trace.fsdp import fake_world, tag_collectives
+    from trainmem.trace.hf_eager import eager_branches
+    from trainmem.trace.moe import cuda_grouped_mm
+    from trainmem.trace.sdpa import cuda_sdpa
+
+    m = _Modes()
+    m.mesh = stack.enter_context(fake_world(setup.gpus // setup.pp, setup.tp, setup.cp)) if (fsdp or tp) else None
+    stack.enter_context(FakeTensorMode())
+    tracker = StorageTracker()
+    stack.callback(tracker.close)
+    stack.enter_context(tracker)
+    if emulate:
+        m.dropout = stack.enter_context(cuda_dropout())
+        m.sdpa = stack.enter_context(cuda_sdpa())
+        m.amp = stack.enter_context(cuda_autocast(lambda t: tracker.tag_tensor(t, "amp_weight_copy")))
+    # (innermost: SDPA calls reach torch's ring attention before the CUDA SDPA emulation, trace/cp.py)
+    m.cp = stack.enter_context(cp_plan.ring_attention(m.mesh)) if cp else None
+    stack.enter_context(cuda_grouped_mm())
+    stack.enter_context(eager_branches())
+    m.head_grads = stack.enter_context(_HeadGradInPlace(lambda: tracker.phase))
+    if fsdp:
+        stack.enter_context(tag_collectives(tracker))
+    if tp or cp:  # (cp: DeviceMesh slicing and distribute_tensor in the batch sharding, trace/cp.py)
+        stack.enter_context(tp_plan.untracked_propagation())
+    return m, tracker
+
+
+def _build_stage(stack: contextlib.ExitStack, spec: "ModelSpec", setup: "TrainingSetup", stage: int,
+                 tracker: StorageTracker, m: _Modes, *, fsdp: bool, tp: bool, cp: bool) -> nn.Module:
+    """The model of pipeline stage ``stage`` built on fake tensors, tensor-parallel and sharded as the recipe
+    does, its LM head's gradient shapes noted."""
+    import transformers
+
+    from trainmem.trace import cp as cp_plan
+    from trainmem.trace import pipeline
+    from trainmem.trace import tp as tp_plan
+    from trainmem.trace.fsdp import shard_model
+
+    tracker.phase = "build"
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # config-validation chatter would corrupt --json users' logs
+    stack.callback(transformers.logging.set_verbosity, verbosity)
+    if setup.pp > 1:
+        model = _build_model(pipeline.stage_spec(spec, setup, stage), setup)
+        pipeline.make_stage(model, setup, stage)
+    else:
+        model = _build_model(spec, setup)
+    if tp:
+        tp_plan.apply(model, m.mesh, setup)
+    if fsdp:
+        shard_model(model, cp_plan.fsdp_mesh(m.mesh) if cp else tp_plan.fsdp_mesh(m.mesh, setup), setup)
+    out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(getattr(out_emb, "weight", None), torch.Tensor) and out_emb.weight.requires_grad:
+        m.head_grads.shapes.add(tuple(out_emb.weight.shape))
+    return model
+
+
+def _micro_batches(name: str, model: nn.Module, spec: "ModelSpec", setup: "TrainingSetup", tracker: StorageTracker,
+                   m: _Modes, amp_ctx: Callable[[], Any], scaler: Any, tick: Callable[[str], None]) -> None:
+    """The forward, loss and backward of each micro-batch of one step (pp = 1), as the recipe's loop runs them."""
+    from trainmem.trace import cp as cp_plan
+    from trainmem.trace import tp as tp_plan
+
+    ga = setup.grad_accum
+    vocab = int(spec.hf_config.get("vocab_size", spec.vocab_size))
+    for i in range(ga):
+        tracker.phase = f"forward[{i}]"
+        ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len))
+        labels = _labels(spec, ids)
+        extra: dict[str, Any] = {}
+        if setup.cp > 1:  # torchtitan's prepare_context_parallel_input: this rank's head-tail shards
+            ids, labels, extra["position_ids"] = cp_plan.shard_batch(m.mesh, ids, labels)
+        with amp_ctx(), tp_plan.loss_context(setup):
+            if setup.loss == "hf":
+                outputs = model(input_ids=ids, labels=labels, use_cache=False, **extra)
+                loss = outputs.loss
+            else:  # --loss chunked | fused-linear | fused-ce (trainmem/trace/losses.py)
+                outputs, loss = run_loss(model, setup, ids, labels, on_loss=lambda: setattr(
+                    tracker, "phase", "loss" + tracker.phase[len("forward"):]))
+        if setup.loop == "trainer":
+            del outputs  # HF Trainer's compute_loss returns the loss only
+            outputs = None
+        if ga > 1:
+            loss = loss / ga
+        tick(f"{name}: forward {i + 1}/{ga}")
+        tracker.phase = f"backward[{i}]"
+        with tp_plan.loss_context(setup):
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        del loss, outputs, ids, labels, extra
+        tick(f"{name}: backward {i + 1}/{ga}")
+
+
 def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progress: Progress | None,
                  _emulate: bool) -> TraceResult:
     """Trace pipeline stage ``stage`` (the whole model when pp = 1)."""
     from trainmem.trace import pipeline
-    import transformers
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from trainmem.trace.autocast import cuda_autocast
-    from trainmem.trace.dropout import cuda_dropout
-    from trainmem.trace.fsdp import fake_world, fsdp_param_tensors, shard_model, tag_collectives
-    from trainmem.trace.hf_eager import eager_branches
-    from trainmem.trace.moe import cuda_grouped_mm
-    from trainmem.trace.sdpa import cuda_sdpa
 
     t0 = time.perf_counter()
     ga = setup.grad_accum
@@ -267,58 +371,18 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
             progress(done, total, label)
 
     fsdp = setup.fsdp_applied  # fsdp2 without fully_shard at tp > 1, dp = 1 (torchtitan; trace/tp.py)
-    from trainmem.trace import cp as cp_plan
-    from trainmem.trace import tp as tp_plan
     tp, cp = setup.tp > 1, setup.cp > 1
-    emulations: list[str] = ["allocator: every block rounded up to 512 B (CUDACachingAllocator kMinBlockSize); "
-                             "reserved memory from a replay of the caching allocator (trace/allocator.py)"]
-    notes: list[str] = []
     with contextlib.ExitStack() as stack:
-        mesh = stack.enter_context(fake_world(setup.gpus // setup.pp, setup.tp, setup.cp)) if (fsdp or tp) else None
-        stack.enter_context(FakeTensorMode())
-        tracker = StorageTracker()
-        stack.callback(tracker.close)
-        stack.enter_context(tracker)
-        sdpa_mode = amp_mode = drop_mode = None
-        if _emulate:
-            drop_mode = stack.enter_context(cuda_dropout())
-            sdpa_mode = stack.enter_context(cuda_sdpa())
-            amp_mode = stack.enter_context(cuda_autocast(lambda t: tracker.tag_tensor(t, "amp_weight_copy")))
-        # (innermost: SDPA calls reach torch's ring attention before the CUDA SDPA emulation, trace/cp.py)
-        cp_mode = stack.enter_context(cp_plan.ring_attention(mesh)) if cp else None
-        stack.enter_context(cuda_grouped_mm())
-        stack.enter_context(eager_branches())
-        head_grads = stack.enter_context(_HeadGradInPlace(lambda: tracker.phase))
-        if fsdp:
-            stack.enter_context(tag_collectives(tracker))
-        if tp or cp:  # (cp: DeviceMesh slicing and distribute_tensor in the batch sharding, trace/cp.py)
-            stack.enter_context(tp_plan.untracked_propagation())
-
-        tracker.phase = "build"
-        verbosity = transformers.logging.get_verbosity()
-        transformers.logging.set_verbosity_error()  # config-validation chatter would corrupt --json users' logs
-        stack.callback(transformers.logging.set_verbosity, verbosity)
-        if setup.pp > 1:
-            model = _build_model(pipeline.stage_spec(spec, setup, stage), setup)
-            pipeline.make_stage(model, setup, stage)
-        else:
-            model = _build_model(spec, setup)
-        if tp:
-            tp_plan.apply(model, mesh, setup)
-        if fsdp:
-            shard_model(model, cp_plan.fsdp_mesh(mesh) if cp else tp_plan.fsdp_mesh(mesh, setup), setup)
+        m, tracker = _enter_modes(stack, setup, fsdp=fsdp, tp=tp, cp=cp, emulate=_emulate)
+        model = _build_stage(stack, spec, setup, stage, tracker, m, fsdp=fsdp, tp=tp, cp=cp)
         params = [p for p in model.parameters() if p.requires_grad]
-        out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        if isinstance(getattr(out_emb, "weight", None), torch.Tensor) and out_emb.weight.requires_grad:
-            head_grads.shapes.add(tuple(out_emb.weight.shape))
         opt = build_optimizer(setup.optimizer, params, setup.optimizer_impl)
         scaler = _NoSkipGradScaler("cpu") if (setup.precision == "amp-fp16" and not fsdp) else None
         # (tp without fully_shard: torchtitan's maybe_enable_amp disables mixed precision, fp32 compute)
         amp_dtype = _AMP_DTYPE.get(setup.precision) if not (fsdp or tp) else None
-        vocab = int(spec.hf_config.get("vocab_size", spec.vocab_size))
         stack.enter_context(_module_hooks(model, spec.architecture, tracker))
         if setup.recompute == "full":
-            _wrap_checkpointing(model, tracker, [m for m in (drop_mode, sdpa_mode, amp_mode, cp_mode) if m is not None])
+            _wrap_checkpointing(model, tracker, [x for x in (m.dropout, m.sdpa, m.amp, m.cp) if x is not None])
         grad_keys: set[int] = set()
 
         def mark_grad(g: torch.Tensor | None) -> None:
@@ -345,31 +409,7 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
             if setup.pp > 1:
                 pipeline.micro_batches(model, spec, setup, stage, tracker, amp_ctx, lambda ids: _labels(spec, ids))
             else:
-                for i in range(ga):
-                    tracker.phase = f"forward[{i}]"
-                    ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len))
-                    labels = _labels(spec, ids)
-                    extra: dict[str, Any] = {}
-                    if cp:  # torchtitan's prepare_context_parallel_input: this rank's head-tail shards
-                        ids, labels, extra["position_ids"] = cp_plan.shard_batch(mesh, ids, labels)
-                    with amp_ctx(), tp_plan.loss_context(setup):
-                        if setup.loss == "hf":
-                            outputs = model(input_ids=ids, labels=labels, use_cache=False, **extra)
-                            loss = outputs.loss
-                        else:  # --loss chunked | fused-linear | fused-ce (trainmem/trace/losses.py)
-                            outputs, loss = run_loss(model, setup, ids, labels, on_loss=lambda: setattr(
-                                tracker, "phase", "loss" + tracker.phase[len("forward"):]))
-                    if setup.loop == "trainer":
-                        del outputs  # HF Trainer's compute_loss returns the loss only
-                        outputs = None
-                    if ga > 1:
-                        loss = loss / ga
-                    tick(f"{name}: forward {i + 1}/{ga}")
-                    tracker.phase = f"backward[{i}]"
-                    with tp_plan.loss_context(setup):
-                        (scaler.scale(loss) if scaler is not None else loss).backward()
-                    del loss, outputs, ids, labels, extra
-                    tick(f"{name}: backward {i + 1}/{ga}")
+                _micro_batches(name, model, spec, setup, tracker, m, amp_ctx, scaler, tick)
             tracker.phase = "optimizer.step"
             for p in params:
                 mark_grad(p.grad)
@@ -402,78 +442,100 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
         one_step("steady")
         end = tracker.stop_recording()
         static_after = tracker.allocated
+        emulations, notes = _run_notes(spec, setup, m, emulate=_emulate, amp=amp_dtype is not None,
+                                       scaler=scaler is not None, static=static, static_after=static_after)
+        return _stage_result(tracker, model, params, opt, Roles(grads=grad_keys), host, fsdp=fsdp,
+                             window=(origin, start, end), static=(static, static_after), emulations=emulations,
+                             notes=notes, t0=t0)
 
-        roles = Roles(grads=grad_keys)
-        param_tensors = list(model.parameters()) + (fsdp_param_tensors(model) if fsdp else [])
-        roles.params = {tracker.observe_tensor(t) for t in param_tensors}
-        roles.buffers = {tracker.observe_tensor(t) for t in model.buffers()}
-        roles.states = {tracker.observe_tensor(v) for st in opt.state.values() for v in st.values()
-                        if isinstance(v, torch.Tensor)} - host
-        lives = tracker.lives
-        breakdown, amp_bytes = breakdown_at(lives, roles, tracker.peak_event)
-        cat_peaks = category_peaks(lives, roles, start, end)
-        alloc_stats, alloc_exp = simulate_lives(lives, start, start if fsdp else origin)
-        _debug_dump(lives, roles, tracker.peak_event, tracker.phase_peak_event)
-        if sum(breakdown.values()) != tracker.peak:
-            raise RuntimeError(f"trace accounting error: breakdown {sum(breakdown.values())} != peak {tracker.peak}")
-        n_params = sum(p.numel() for p in model.parameters())
-        n_trainable = sum(p.numel() for p in params)
-        if _emulate:
-            emulations.append("transformers: eager branches on fake tensors (unpacked batch → is_causal SDPA, no s×s mask)")
-            emulations.append("optimizer: foreach=True (the CUDA default); Adam's step counters kept on the host")
-            used = ", ".join(f"{k}×{v}" for k, v in sorted(sdpa_mode.calls.items())) or "not called"
-            emulations.append(f"sdpa: CUDA fused attention kernels (flash / memory-efficient; {used})")
-            if drop_mode is not None and drop_mode.calls:
-                emulations.append("dropout: CUDA's fused native_dropout (bool mask)")
-            if amp_dtype is not None:
-                emulations.append("autocast: CUDA op lists and weight-cast cache (autocast_mode.h)")
-        if head_grads.calls:
-            emulations.append("autograd: the LM head weight's gradients (tied embedding, chunked loss) summed in "
-                              "place in the InputBuffer, as for plain tensors (fake ones add out of place)")
-        if spec.is_moe or "expert" in str(spec.hf_config).lower():
-            emulations.append("moe: grouped_mm experts (routing-independent shapes; non-bf16 via transformers' fallback op)")
-        if scaler is not None:
-            notes.append("GradScaler never skips a step (finite gradients assumed)")
-        if fsdp:
-            notes.append("FSDP2 on a fake process group: collectives allocate their buffers but move no data; "
-                         "unsharded gradients before the reduce-scatter count as temporaries")
-        if tp:
-            notes.append(f"TP {setup.tp} (torchtitan's Llama plan, trace/tp.py): SequenceParallel "
-                         f"{'on' if setup.sp else 'off'}, loss parallel {'on' if setup.loss_parallel else 'off'}"
-                         f"{', FSDP2 over dp_shard' if fsdp else ', no fully_shard (fp32 compute for amp recipes)'}; "
-                         "DTensor's global-shape sharding propagation is not counted")
-        if cp:
-            emulations.append(f"context parallel: torch's ring attention (load-balanced, allgather k/v, all-to-all "
-                              f"dk/dv) over CUDA's flash kernel, {cp_mode.calls} calls (trace/cp.py)")
-            notes.append(f"CP {setup.cp} (torchtitan: FSDP2 over dp_shard × cp, head-tail sharded ids, labels and "
-                         "positions); DTensor's wrapping of q/k/v is not run (aliases only)")
-        if static_after != static:
-            notes.append(f"static memory changed over the step: {static} -> {static_after} bytes")
-        notes.append("host-side scalar tensors made during the step (< 1 KiB each) are counted as device memory")
-        notes.append("reserved: the allocation stream replayed through the caching allocator's rules (one stream, "
-                     "no memory pressure), from the " + ("steady step" if fsdp else "warm-up step") + " on")
 
-        return TraceResult(
-            peak_allocated_bytes=tracker.peak,
-            breakdown_at_peak_bytes=breakdown,
-            category_peak_bytes={c: cat_peaks[c] for c in CATEGORIES},
-            peak_phase=tracker.peak_phase,
-            peak_module=tracker.peak_module or ("optimizer" if tracker.peak_phase.startswith("optimizer") else ""),
-            timeline=_downsample(tracker.timeline),
-            static_bytes=static,
-            static_bytes_after=static_after,
-            amp_weight_copies_at_peak_bytes=amp_bytes,
-            phase_peak_bytes=dict(tracker.phase_peak),
-            peak_reserved_bytes=alloc_stats.peak_reserved_bytes,
-            peak_reserved_expandable_bytes=alloc_exp.peak_reserved_bytes,
-            allocator_peak_allocated_bytes=alloc_stats.peak_allocated_bytes,
-            reserved_segments=alloc_stats.n_segments,
-            fragmentation_at_peak=round(alloc_stats.fragmentation_at_peak, 4),
-            n_params=n_params,
-            n_trainable_params=n_trainable,
-            emulations=emulations,
-            notes=notes,
-            wall_seconds=round(time.perf_counter() - t0, 3),
-            torch_version=torch.__version__,
-            transformers_version=transformers.__version__,
-        )
+def _run_notes(spec: "ModelSpec", setup: "TrainingSetup", m: _Modes, *, emulate: bool, amp: bool, scaler: bool,
+               static: int, static_after: int) -> tuple[list[str], list[str]]:
+    """(what was emulated, what to know) of one traced stage."""
+    fsdp, tp, cp = setup.fsdp_applied, setup.tp > 1, setup.cp > 1
+    emulations: list[str] = ["allocator: every block rounded up to 512 B (CUDACachingAllocator kMinBlockSize); "
+                             "reserved memory from a replay of the caching allocator (trace/allocator.py)"]
+    notes: list[str] = []
+    if emulate:
+        emulations.append("transformers: eager branches on fake tensors (unpacked batch → is_causal SDPA, no s×s mask)")
+        emulations.append("optimizer: foreach=True (the CUDA default); Adam's step counters kept on the host")
+        used = ", ".join(f"{k}×{v}" for k, v in sorted(m.sdpa.calls.items())) or "not called"
+        emulations.append(f"sdpa: CUDA fused attention kernels (flash / memory-efficient; {used})")
+        if m.dropout is not None and m.dropout.calls:
+            emulations.append("dropout: CUDA's fused native_dropout (bool mask)")
+        if amp:
+            emulations.append("autocast: CUDA op lists and weight-cast cache (autocast_mode.h)")
+    if m.head_grads.calls:
+        emulations.append("autograd: the LM head weight's gradients (tied embedding, chunked loss) summed in "
+                          "place in the InputBuffer, as for plain tensors (fake ones add out of place)")
+    if spec.is_moe or "expert" in str(spec.hf_config).lower():
+        emulations.append("moe: grouped_mm experts (routing-independent shapes; non-bf16 via transformers' fallback op)")
+    if scaler:
+        notes.append("GradScaler never skips a step (finite gradients assumed)")
+    if fsdp:
+        notes.append("FSDP2 on a fake process group: collectives allocate their buffers but move no data; "
+                     "unsharded gradients before the reduce-scatter count as temporaries")
+    if tp:
+        notes.append(f"TP {setup.tp} (torchtitan's Llama plan, trace/tp.py): SequenceParallel "
+                     f"{'on' if setup.sp else 'off'}, loss parallel {'on' if setup.loss_parallel else 'off'}"
+                     f"{', FSDP2 over dp_shard' if fsdp else ', no fully_shard (fp32 compute for amp recipes)'}; "
+                     "DTensor's global-shape sharding propagation is not counted")
+    if cp:
+        emulations.append(f"context parallel: torch's ring attention (load-balanced, allgather k/v, all-to-all "
+                          f"dk/dv) over CUDA's flash kernel, {m.cp.calls} calls (trace/cp.py)")
+        notes.append(f"CP {setup.cp} (torchtitan: FSDP2 over dp_shard × cp, head-tail sharded ids, labels and "
+                     "positions); DTensor's wrapping of q/k/v is not run (aliases only)")
+    if static_after != static:
+        notes.append(f"static memory changed over the step: {static} -> {static_after} bytes")
+    notes.append("host-side scalar tensors made during the step (< 1 KiB each) are counted as device memory")
+    notes.append("reserved: the allocation stream replayed through the caching allocator's rules (one stream, "
+                 "no memory pressure), from the " + ("steady step" if fsdp else "warm-up step") + " on")
+    return emulations, notes
+
+
+def _stage_result(tracker: StorageTracker, model: nn.Module, params: list, opt: Any, roles: Roles, host: set,
+                  *, fsdp: bool, window: tuple[int, int, int], static: tuple[int, int], emulations: list[str],
+                  notes: list[str], t0: float) -> TraceResult:
+    """The traced stage's result: the breakdown at the peak by role, each category's peak over the steady
+    step, and the allocator replay from ``origin`` (``window`` = origin, start and end events)."""
+    import transformers
+
+    from trainmem.trace.fsdp import fsdp_param_tensors
+
+    origin, start, end = window
+    param_tensors = list(model.parameters()) + (fsdp_param_tensors(model) if fsdp else [])
+    roles.params = {tracker.observe_tensor(t) for t in param_tensors}
+    roles.buffers = {tracker.observe_tensor(t) for t in model.buffers()}
+    roles.states = {tracker.observe_tensor(v) for st in opt.state.values() for v in st.values()
+                    if isinstance(v, torch.Tensor)} - host
+    lives = tracker.lives
+    breakdown, amp_bytes = breakdown_at(lives, roles, tracker.peak_event)
+    cat_peaks = category_peaks(lives, roles, start, end)
+    alloc_stats, alloc_exp = simulate_lives(lives, start, start if fsdp else origin)
+    _debug_dump(lives, roles, tracker.peak_event, tracker.phase_peak_event)
+    if sum(breakdown.values()) != tracker.peak:
+        raise RuntimeError(f"trace accounting error: breakdown {sum(breakdown.values())} != peak {tracker.peak}")
+    return TraceResult(
+        peak_allocated_bytes=tracker.peak,
+        breakdown_at_peak_bytes=breakdown,
+        category_peak_bytes={c: cat_peaks[c] for c in CATEGORIES},
+        peak_phase=tracker.peak_phase,
+        peak_module=tracker.peak_module or ("optimizer" if tracker.peak_phase.startswith("optimizer") else ""),
+        timeline=_downsample(tracker.timeline),
+        static_bytes=static[0],
+        static_bytes_after=static[1],
+        amp_weight_copies_at_peak_bytes=amp_bytes,
+        phase_peak_bytes=dict(tracker.phase_peak),
+        peak_reserved_bytes=alloc_stats.peak_reserved_bytes,
+        peak_reserved_expandable_bytes=alloc_exp.peak_reserved_bytes,
+        allocator_peak_allocated_bytes=alloc_stats.peak_allocated_bytes,
+        reserved_segments=alloc_stats.n_segments,
+        fragmentation_at_peak=round(alloc_stats.fragmentation_at_peak, 4),
+        n_params=sum(p.numel() for p in model.parameters()),
+        n_trainable_params=sum(p.numel() for p in params),
+        emulations=emulations,
+        notes=notes,
+        wall_seconds=round(time.perf_counter() - t0, 3),
+        torch_version=torch.__version__,
+        transformers_version=transformers.__version__,
+    )
