@@ -253,3 +253,30 @@ def test_without_torch_one_clear_line(monkeypatch):
         spec_from_hf_config(dict(TINY, model_type="olmo2"), name="olmo2")
     msg = str(err.value)
     assert "olmo2" in msg and "pip install 'trainmem[trace]'" in msg and "\n" not in msg
+
+
+def test_cli_estimates_a_derived_config_and_refuses_tp_with_exit_2(tmp_path, capsys):
+    import json
+
+    from trainmem.cli import main
+
+    (tmp_path / "config.json").write_text(json.dumps(dict(TINY, model_type="olmo2")))
+    assert main(["estimate", str(tmp_path), "--seq-len", "256", "--json"]) in (0, None)
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_params"] == spec_from_hf_config(dict(TINY, model_type="olmo2"), name="o").n_params
+    assert any("derived from transformers" in a for a in out["assumptions"])
+    assert main(["estimate", str(tmp_path), "--tp", "2", "--gpus", "2", "--engine", "fsdp2"]) == 2
+    err = capsys.readouterr().err
+    assert "tp(2) > 1 is not modelled for olmo2" in err and "Traceback" not in err
+
+
+def test_python_api_on_a_config_dict_and_a_live_module_agree():
+    import trainmem
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = dict(TINY, model_type="olmo2")
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model("olmo2", **{k: v for k, v in cfg.items()
+                                                                              if k != "model_type"}))
+    a, b = trainmem.estimate(cfg, seq_len=256), trainmem.estimate(model, seq_len=256)
+    assert a.n_params == b.n_params == sum(p.numel() for p in model.parameters())
+    assert a.peak_allocated_bytes == b.peak_allocated_bytes
