@@ -322,6 +322,14 @@ class TrainingSetup(BaseModel):
         if self.attn_kernel is not None and (self.attn == "eager" or p == "fp32"):
             raise ValueError(f"--attn-kernel {self.attn_kernel} is a fused 16-bit attention kernel; "
                              f"not with --attn eager or fp32")
+        self._check_offload_and_megatron()
+        self._check_loss_optimizer_and_lora()
+        self._check_adapters_and_offload()
+        return self
+
+    def _check_offload_and_megatron(self) -> None:
+        """Offload per engine, and the megatron-only recipe flags."""
+        e, p = self.engine, self.precision
         if self.offload != "none":
             if e == "torch":
                 raise ValueError("offload needs an engine that does it: deepspeed (zero >= 1), fsdp2 or megatron")
@@ -346,6 +354,10 @@ class TrainingSetup(BaseModel):
         if self.megatron_deepspeed and (e != "megatron" or self.pp == 1):
             raise ValueError("--megatron-deepspeed is DeepSpeed's PipelineEngine under Megatron's model: it needs "
                              "--engine megatron and --pp > 1")
+
+    def _check_loss_optimizer_and_lora(self) -> None:
+        """The loss and loop per engine, the optimizer's implementation and placement, and (Q)LoRA."""
+        e, p = self.engine, self.precision
         if self.loss != "hf" and e == "megatron":
             raise ValueError(f"--loss {self.loss}: Megatron runs its own fused vocab-parallel cross-entropy; use --loss hf")
         if self.loss != "hf" and self.loss_parallel:
@@ -383,8 +395,6 @@ class TrainingSetup(BaseModel):
             raise ValueError("--qlora computes in 16 bits; use amp-bf16 or bf16")
         if not self.lora_targets:
             raise ValueError("lora_targets is empty")
-        self._check_adapters_and_offload()
-        return self
 
     def _check_adapters_and_offload(self) -> None:
         """``adapter_dtype`` needs LoRA and a base of that dtype (default fp32 with LoRA); activation offloading
