@@ -133,7 +133,7 @@ def with_setup_options(func: Callable[..., None]) -> Callable[..., None]:
     def wrapper(*args: Any, **kwargs: Any) -> None:
         path = kwargs.pop("from_file", None)
         if path is not None:
-            kwargs = apply_from_file(path, kwargs)
+            kwargs = apply_from_file(path, kwargs, model_required=takes_model)
         elif takes_model and kwargs.get("model") is None:
             from trainmem.errors import ConfigError
             raise ConfigError("missing the MODEL argument (a catalog name, a config.json path or a size like 7B), "
@@ -146,7 +146,7 @@ def with_setup_options(func: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def apply_from_file(path: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+def apply_from_file(path: str, kwargs: dict[str, Any], model_required: bool = True) -> dict[str, Any]:
     """A command's arguments with ``--from FILE`` read in (trainmem.frameworks.readers): the setup flags given win
     over the file's values, MODEL over the model it names; the file's assumption lines travel as ``notes``."""
     from trainmem.errors import ConfigError
@@ -158,7 +158,7 @@ def apply_from_file(path: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     out.update({k: merged.get(k) for k in SETUP_FIELDS})
     notes = file.notes()
     if "model" in out:
-        if out["model"] is None and file.model is None:
+        if out["model"] is None and file.model is None and model_required:
             raise ConfigError(f"--from {path}: {file.model_error or 'the file names no model'}; give MODEL")
         if out["model"] is None:
             out["model"] = file.model
