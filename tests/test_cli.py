@@ -70,7 +70,7 @@ def test_lora_flags(capsys) -> None:
     (["estimate", "llama-2-7b", "--micro-batch", "x"], "--micro-batch"),
     (["estimate", "llama-2-7b", "--no-such-flag"], "No such option"),
     (["estimate", "llama-2-7b", "--lang", "fr"], "lang"),
-    (["estimate", "llama-2-7b", "--gpu", "V100-32G"], "no bfloat16"),
+    (["estimate", "llama-2-7b", "--gpu", "V100-32G", "--precision", "amp-bf16"], "no bfloat16"),
     (["estimate", "/nonexistent/config.json"], ""),
 ])
 def test_bad_input_one_line_exit_2(args: list[str], needle: str, capsys) -> None:

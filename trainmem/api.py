@@ -52,6 +52,7 @@ def build(model: str, **setup_fields: object) -> tuple[ModelSpec, TrainingSetup]
     if early.get("stack") is not None:  # (its engine may be what makes the flags valid)
         from trainmem.frameworks import apply_stack
         apply_stack(early, _stack_target(None))
+    precision_notes(early)
     make_setup(**early)  # a bad flag is refused before the model is looked up
     return build_spec(resolve_model(model), **setup_fields)
 
@@ -64,6 +65,7 @@ def build_spec(spec: ModelSpec, **setup_fields: object) -> tuple[ModelSpec, Trai
     if fields.get("stack") is not None:  # a framework's shipped defaults for the fields not given
         from trainmem.frameworks import apply_stack
         notes = apply_stack(fields, _stack_target(spec))
+    notes += precision_notes(fields)
     setup = make_setup(**fields)
     if spec.n_params > MAX_PARAMS:
         raise ConfigError(f"{spec.name}: {spec.n_params:.3g} parameters is above trainmem's limit of {MAX_PARAMS:.0e}")
@@ -82,6 +84,41 @@ def build_spec(spec: ModelSpec, **setup_fields: object) -> tuple[ModelSpec, Trai
     return spec, setup
 
 
+_FAMILIES = ("bf16", "fp16")
+
+
+def precision_notes(fields: dict[str, Any]) -> list[str]:
+    """The precision a run takes when the flags leave it to the GPU or name a family the engine has no recipe of,
+    filled into ``fields``, with one note:
+
+    - no precision on a GPU without bfloat16 (V100, T4): the engine's fp16 recipe, amp-fp16 for torch/fsdp2
+      (HF ``--fp16``: autocast over fp32 weights), mixed-fp16 for deepspeed/megatron (DeepSpeed ``fp16.enabled``,
+      Megatron ``--fp16``: 16-bit parameters, fp32 master weights);
+    - ``bf16``/``fp16`` on deepspeed or megatron: the engine's mixed recipe (``bf16.enabled`` / ``--bf16``), the
+      names every other command takes (the planner maps a family so too: plan/space.py ``engine_precision``).
+
+    An unknown GPU name is left to the setup's own validation."""
+    engine = str(fields.get("engine") or "torch")
+    mixed = engine in ("deepspeed", "megatron")
+    p = fields.get("precision")
+    if p is None:
+        try:
+            gpu = get_gpu(str(fields.get("gpu") or TrainingSetup.model_fields["gpu"].default))
+        except ConfigError:
+            return []
+        if gpu.bf16:
+            return []
+        p = "mixed-fp16" if mixed else "amp-fp16"
+        fields["precision"] = p
+        return [f"precision {p}: the {gpu.name} has no bfloat16, so the {engine} engine runs its fp16 recipe "
+                "(give --precision to change it)"]
+    if p in _FAMILIES and mixed:
+        fields["precision"] = f"mixed-{p}"
+        return [f"--precision {p} on the {engine} engine is its mixed-{p} recipe (16-bit parameters, fp32 master "
+                "weights)"]
+    return []
+
+
 def _stack_target(spec: ModelSpec | None) -> Target:
     """What :func:`trainmem.frameworks.apply_stack` reads of the model (none before it is resolved) and the
     validation it checks each stack value with: the setup's, with the model's own defaults filled in."""
@@ -95,6 +132,9 @@ def _stack_target(spec: ModelSpec | None) -> Target:
             setup = make_setup(**trial)
             if spec is not None:
                 validate_for_model(setup, spec)
+            if trial.get("precision") in ("bf16", "amp-bf16", "mixed-bf16") and not get_gpu(setup.gpu).bf16:
+                # (memory/estimate.py refuses it so; a stack's bf16 on a V100 or T4 gives way to the GPU's default)
+                return f"gpu {setup.gpu} has no bfloat16 support; use fp16 recipes (amp-fp16, mixed-fp16) or fp32"
         except ConfigError as err:
             return str(err)
         return None

@@ -233,7 +233,7 @@ BAD_INPUTS = [
     ["estimate", "llama-2-7b", "--no-sp"], ["estimate", "llama-2-7b", "--no-loss-parallel"],
     ["estimate", "no-such-model"], ["estimate", "llama-3-7b"], ["estimate", "/nonexistent/config.json"],
     ["estimate", "llama-2-7b", "--gpu", "H999"], ["estimate", "llama-2-7b", "--gpu", "H10"],
-    ["estimate", "llama-2-7b", "--gpu", "V100-32G"], ["estimate", "llama-2-7b", "--gpu-memory", "12XB"],
+    ["estimate", "llama-2-7b", "--gpu", "V100-32G", "--precision", "amp-bf16"], ["estimate", "llama-2-7b", "--gpu-memory", "12XB"],
     ["estimate", "llama-2-7b", "--gpu-memory", "0GB"],
     ["estimate", "llama-2-7b", "--lora-rank", "8", "--lora-targets", "foo"],
     ["estimate", "mixtral-8x7b", "--lora-rank", "8", "--lora-targets", "w1"],

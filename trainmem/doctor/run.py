@@ -122,39 +122,16 @@ def _gpu_name(ev: Evidence) -> str | None:
         return None
 
 
-_FAMILIES = ("bf16", "fp16")
 
 
 def precision_fields(fields: dict, notes: list[str]) -> dict:
-    """The precision the run takes when the flags leave it to the GPU or name a family the engine has no recipe
-    of: no ``--precision`` on a GPU without bfloat16 (V100, T4) is the engine's fp16 recipe (amp-fp16 for
-    torch/fsdp2, mixed-fp16 for deepspeed/megatron: what their configs run there — DeepSpeed ``fp16.enabled``,
-    HF ``--fp16``) instead of a refusal; ``bf16``/``fp16`` on deepspeed or megatron is the engine's mixed recipe
-    (``bf16.enabled`` / ``--bf16``: 16-bit parameters, fp32 master weights), as :func:`trainmem.plan.space.
-    engine_precision` maps a family for the planner. One note says so."""
-    from trainmem.hardware import get_gpu
-    from trainmem.plan.space import engine_precision
-    from trainmem.setup import TrainingSetup
+    """``fields`` with the precision every command takes when the flags leave it to the GPU or name a family the
+    engine has no recipe of (:func:`trainmem.api.precision_notes`); its note appended to ``notes``."""
+    from trainmem.api import precision_notes
 
-    engine = str(fields.get("engine") or "torch")
-    p = fields.get("precision")
-    if p is None:
-        try:
-            gpu = get_gpu(str(fields.get("gpu") or TrainingSetup.model_fields["gpu"].default))
-        except TrainmemError:
-            return fields  # an unknown GPU name: the setup's own validation says so
-        if not gpu.bf16:
-            p = engine_precision(engine, "fp16")
-            notes.append(f"precision {p}: the {gpu.name} has no bfloat16, so the {engine} engine runs its fp16 recipe "
-                         "(give --precision to change it)")
-            return {**fields, "precision": p}
-        return fields
-    if p in _FAMILIES and engine in ("deepspeed", "megatron"):
-        mapped = engine_precision(engine, str(p))
-        notes.append(f"--precision {p} on the {engine} engine is its {mapped} recipe (16-bit parameters, fp32 master "
-                     "weights)")
-        return {**fields, "precision": mapped}
-    return fields
+    out = dict(fields)
+    notes += precision_notes(out)
+    return out
 
 
 def expected_for(model: str | None, fields: dict, ev: Evidence, notes: list[str]) -> Expected | None:
