@@ -219,3 +219,40 @@ def test_doctor_config_reads_framework_configs(capsys) -> None:
     by_flags = json.loads(capsys.readouterr().out)["findings"][0]["expected_bytes"]
     assert main(["doctor", "llama-3.2-1b", "--config", str(CONFIGS / "axolotl_llama3_lora-1b.yml"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["findings"][0]["expected_bytes"] == by_flags
+
+
+def test_axolotl_deepspeed_auto_values(tmp_path) -> None:
+    """axolotl passes ``deepspeed:`` to the HF Trainer: axolotl's own zero2.json ("auto" batch sizes and bf16) takes
+    micro_batch_size, gradient_accumulation_steps and bf16 from the axolotl file (the path beside it)."""
+    import shutil
+    (tmp_path / "deepspeed_configs").mkdir()
+    shutil.copy(CONFIGS / "deepspeed_configs_zero2.json", tmp_path / "deepspeed_configs" / "zero2.json")
+    path = tmp_path / "ax.yml"
+    path.write_text("base_model: meta-llama/Llama-3.2-1B\nsequence_len: 1024\nmicro_batch_size: 3\n"
+                    "gradient_accumulation_steps: 5\nbf16: auto\ndeepspeed: deepspeed_configs/zero2.json\n")
+    got = read_config(str(path))
+    s = build("llama-3.2-1b", **merge_fields(got, {}))[1]
+    assert (s.engine, s.zero, s.offload, s.micro_batch, s.grad_accum, s.precision) == \
+        ("deepspeed", 2, "optimizer", 3, 5, "mixed-bf16")
+    assert "micro_batch 3: from ax.yml (train_micro_batch_size_per_gpu [zero2.json])" in got.notes()
+
+
+def test_megatron_argument_file(tmp_path) -> None:
+    """A plain Megatron-LM argument file (one flag per line, comments) with Llama-2-7B's shape."""
+    path = tmp_path / "args.txt"
+    path.write_text("# Llama-2-7B, 4 x 8 GPUs\n--num-layers 32 --hidden-size 4096 --ffn-hidden-size 11008\n"
+                    "--num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096\n"
+                    "--tensor-model-parallel-size 2\n--pipeline-model-parallel-size 2\n"
+                    "--num-layers-per-virtual-pipeline-stage 4\n--micro-batch-size 1 --global-batch-size 64\n"
+                    "--recompute-granularity selective\n"
+                    "--bf16 --use-distributed-optimizer --sequence-parallel\n--nproc_per_node 8 --nnodes 4\n")
+    got = read_config(str(path))
+    assert got.model == "llama-2-7b"
+    s = build(got.model, **merge_fields(got, {}))[1]
+    assert (s.gpus, s.tp, s.pp, s.vpp, s.dp, s.micro_batch, s.grad_accum) == (32, 2, 2, 4, 8, 1, 8)
+    assert (s.recompute, s.precision, s.zero, s.sp) == ("selective", "mixed-bf16", 1, True)
+    path.write_text(path.read_text().replace("--recompute-granularity selective", "--recompute-granularity full "
+                                             "--recompute-method block --recompute-num-layers 2")
+                    .replace("--num-layers-per-virtual-pipeline-stage 4\n", ""))
+    s = build("llama-2-7b", **merge_fields(read_config(str(path)), {}))[1]
+    assert (s.vpp, s.recompute, s.recompute_layers) == (1, "full", 2)
