@@ -35,7 +35,9 @@ def test_head_adapter_saved_and_transient_bytes_per_dtype() -> None:
     spec, s = _b(lora_targets="q_proj,v_proj,lm_head", precision="bf16")
     assert head_adapter_saved_bytes(spec, s) == (4 * H + 4 * R) * T == 33_685_504
     assert head_adapter_forward_bytes(spec, s) == (2 + 4 + 4 - 2) * V * T == 2_101_346_304
-    assert head_adapter_backward_bytes(spec, s) == (4 + 2 + 4) * V * T
+    assert head_adapter_backward_bytes(spec, s) == (4 + 4 + 2 - 2 - 2) * V * T  # (8 B per logit with the grad's 2)
+    spec, s = _b(lora_targets="q_proj,v_proj,lm_head", precision="bf16", loss="chunked")  # one of 8 chunks at a time
+    assert head_adapter_forward_bytes(spec, s) == 8 * V * T // 8 and head_adapter_saved_bytes(spec, s) == 33_685_504
     # autocast: 16-bit casts kept (2·h, 2·r) and the cached 16-bit adapter weights; the fp32 x copy a frame local
     spec, s = _b(lora_targets="q_proj,v_proj,lm_head", precision="amp-bf16")
     assert head_adapter_saved_bytes(spec, s) == (2 * H + 2 * R) * T + 2 * HEAD == 21_078_016
@@ -76,8 +78,8 @@ def test_adapter_dtype_refusals_and_default() -> None:
 
 
 def test_head_target_refusals() -> None:
-    with pytest.raises(ConfigError, match="lm_head with --loss chunked is not modelled"):
-        _b(lora_targets="q_proj,lm_head", loss="chunked")
+    with pytest.raises(ConfigError, match="lm_head with --loss fused-linear is not modelled"):
+        _b(lora_targets="q_proj,lm_head", loss="fused-linear")
     with pytest.raises(ConfigError, match=r"lm_head with tp\(2\) > 1"):
         _b(lora_targets="q_proj,lm_head", engine="fsdp2", gpus=4, tp=2)
 

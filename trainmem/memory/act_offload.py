@@ -2,8 +2,11 @@
 
 The implementation modelled is torchtune's ``OffloadActivations`` (torchtune/training/_activation_offloading.py,
 v0.6), which TRL copies (trl/models/activation_offloading.py ``get_act_offloading_ctx_manager``) and axolotl's
-``activation_offloading: true`` runs (src/axolotl/core/trainers/mixins/activation_checkpointing.py: TRL's
-manager around ``compute_loss``; with ``gradient_checkpointing`` it checkpoints the decoder layers first). A
+``activation_offloading: true`` runs (src/axolotl/core/trainers/mixins/activation_checkpointing.py, main: TRL's
+manager with ``use_streams=True`` around each ``training_step``, the decoder layers checkpointed with
+``gradient_checkpointing``, so only their inputs are offloaded; its ``legacy`` value is ``use_streams=False`` —
+synchronous copies, nothing left in flight — and ``disk`` / ``hidden_states`` are other implementations, not
+modelled; with streams it also clones non-contiguous saved tensors on the compute stream before packing). A
 ``saved_tensors_hooks`` pair:
 
 - pack (forward): a saved tensor of at least ``min_offload_size`` = 1024 B that is not a Parameter is copied into

@@ -50,6 +50,16 @@ def _tokens(setup: TrainingSetup) -> int:
     return setup.micro_batch * setup.seq_len // setup.cp
 
 
+def _chunk_tokens(setup: TrainingSetup) -> int:
+    """Tokens of one head call: all of them, or one of the ``k`` sequence chunks torchtune's chunked output runs
+    the head on one at a time (``--loss chunked``: ``TransformerDecoder.chunked_output``, trace/losses.py)."""
+    T = _tokens(setup)
+    if setup.loss != "chunked":
+        return T
+    k = setup.loss_chunks or 8
+    return -(-T // k)
+
+
 def _fp32_adapters_on_16bit_base(setup: TrainingSetup) -> bool:
     return setup.precision != "fp32" and not adapters_16bit(setup)
 
@@ -80,11 +90,12 @@ def head_adapter_forward_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     scaling``: the base logits (c·V), the adapter's output and its scaled copy being made (e·V each; the
     output is freed once scaled, then the sum takes its place), less the logits (c·V) that the sum becomes.
     fp32 adapters on a 16-bit base without autocast: 2 + 4 + 4 − 2 = 8 B per logit (the fp32 sum is cast back
-    after); under autocast 2 + 2 + 2 − 2 = 4 and the fp32 frame copy of x (4·h); 16-bit adapters 4; fp32 8."""
+    after); under autocast 2 + 2 + 2 − 2 = 4 and the fp32 frame copy of x (4·h); 16-bit adapters 4; fp32 8. With
+    the chunked loss, for one chunk's tokens (the chunks run one after another; every chunk's logits are kept)."""
     head = adapted_head(spec, setup)
     if head is None:
         return 0
-    T, V, c = _tokens(setup), head.fout, compute_bytes(setup)
+    T, V, c = _chunk_tokens(setup), head.fout, compute_bytes(setup)
     amp32 = _fp32_adapters_on_16bit_base(setup) and is_amp(setup)
     e = 2 if (adapters_16bit(setup) or amp32) else 4
     per_token = (c + 2 * e - c) * V + (4 * head.fin if amp32 else 0)
@@ -92,14 +103,16 @@ def head_adapter_forward_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def head_adapter_backward_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """Peak bytes of the head's backward beyond the logits' gradient: the sum's gradient in the adapter's dtype
-    (fp32 adapters on a 16-bit base without autocast: the cast back's backward makes a 4·V copy, of which the
-    base's 16-bit share is another 2·V), the scaled gradient (e·V) lora_B's backward reads."""
+    """Peak bytes of the head's backward beyond the logits' gradient (c·V, the walk's): the scaled gradient lora_B's
+    backward reads (e·V, ``MulBackward``); with fp32 adapters on a 16-bit base without autocast the fp32 sum's
+    gradient too (the cast back's backward, 4·V) and its 16-bit share for the base, less the logits' gradient,
+    freed once cast: 8 B per logit alive in all, as traced with the fused cross-entropy (whose small loss backward
+    leaves the head's the peak; tests/trace/test_lora_head_trace.py). Chunked loss: one chunk's."""
     head = adapted_head(spec, setup)
     if head is None:
         return 0
-    T, V = _tokens(setup), head.fout
+    T, V = _chunk_tokens(setup), head.fout
     if _fp32_adapters_on_16bit_base(setup) and not is_amp(setup):
-        return (4 + 2 + 4) * V * T
+        return (4 + 4 + 2 - 2 - 2) * V * T
     e = 2 if (adapters_16bit(setup) or is_amp(setup)) else 4
     return e * V * T

@@ -268,12 +268,12 @@ def check_lora_targets(spec: ModelSpec, targets: tuple[str, ...], rank: int) -> 
 
 def check_head_target(spec: ModelSpec, setup: "TrainingSetup") -> None:
     """Raise :class:`ConfigError` (one line) where LoRA on the output head is not modelled: a loss that does not
-    call the head as one module (chunked, Liger's fused linear), vocab-parallel logits (tp > 1)."""
+    call the head as a module (Liger's fused linear, Cut Cross-Entropy), vocab-parallel logits (tp > 1)."""
     if targeted_head_linear(spec, setup.lora_targets) is None:
         return
-    if setup.loss not in ("hf", "fused-ce"):
+    if setup.loss not in ("hf", "fused-ce", "chunked"):
         raise ConfigError(f"lora-targets lm_head with --loss {setup.loss} is not modelled (the loss does not run the "
-                          f"head as one module); use --loss hf or fused-ce")
+                          f"head as one module); use --loss hf, chunked or fused-ce")
     if setup.tp > 1:
         raise ConfigError(f"lora-targets lm_head with tp({setup.tp}) > 1 is not modelled (a vocab-parallel head's "
                           f"adapter); use tp 1")

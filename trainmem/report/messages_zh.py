@@ -580,8 +580,8 @@ PATTERNS: list[tuple[str, str]] = [
      "amp-bf16), not {p:w}",
      "--adapter-dtype bf16 让 adapter 保持基座的 dtype：需要 bf16 基座（--precision bf16 或 amp-bf16），而不是 {p}"),
     ("lora-targets lm_head with --loss {l:w} is not modelled (the loss does not run the head as one module); use "
-     "--loss hf or fused-ce",
-     "lora-targets lm_head 与 --loss {l} 的组合未建模（该损失函数不把输出层作为一个模块调用）；请用 --loss hf 或 fused-ce"),
+     "--loss hf, chunked or fused-ce",
+     "lora-targets lm_head 与 --loss {l} 的组合未建模（该损失函数不把输出层作为一个模块调用）；请用 --loss hf、chunked 或 fused-ce"),
     ("lora-targets lm_head with tp({t:d}) > 1 is not modelled (a vocab-parallel head's adapter); use tp 1",
      "lora-targets lm_head 与 tp({t}) > 1 的组合未建模（按词表并行切分的输出层上的 adapter）；请用 tp 1"),
     ("--optimizer-in-backward steps in the backward: it cannot accumulate gradients (grad_accum({g:d}) must be 1, as "
