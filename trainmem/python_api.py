@@ -291,7 +291,15 @@ def build_model(model: ModelRef, **setup: Any) -> tuple[ModelSpec, TrainingSetup
     says (LoRA, 4-bit base, dtype, gradient checkpointing, attention), each stated in ``setup.notes``."""
     from trainmem.api import build, build_spec
 
+    from_file = setup.pop("from_file", None)
     fields = _setup_fields(setup, "estimate")
+    if from_file is not None:  # ``--from FILE``: the keywords given win over the file (trainmem.frameworks.readers)
+        from trainmem.frameworks.readers import merge_fields, read_config
+        file = read_config(os.fspath(from_file))
+        fields = {**merge_fields(file, fields), "notes": tuple(file.notes())}
+        if model is None and file.model is None:
+            raise ConfigError(f"--from {from_file}: {file.model_error or 'the file names no model'}; give MODEL")
+        model = file.model if model is None else model
     if isinstance(model, os.PathLike):
         model = os.fspath(model)
     if isinstance(model, str):

@@ -256,3 +256,16 @@ def test_megatron_argument_file(tmp_path) -> None:
                     .replace("--num-layers-per-virtual-pipeline-stage 4\n", ""))
     s = build("llama-2-7b", **merge_fields(read_config(str(path)), {}))[1]
     assert (s.vpp, s.recompute, s.recompute_layers) == (1, "full", 2)
+
+
+def test_python_api_from_file(capsys) -> None:
+    """trainmem.estimate(None, from_file=FILE) is ``trainmem estimate --from FILE --json``; keywords win."""
+    import json
+
+    import trainmem
+    from trainmem.cli import main
+    path = str(CONFIGS / "litgpt_llama-3.1-8b_lora.yaml")
+    assert main(["estimate", "--from", path, "--json"]) == 0
+    assert trainmem.estimate(None, from_file=path).to_dict() == json.loads(capsys.readouterr().out)
+    assert trainmem.estimate(None, from_file=path, micro_batch=2).to_dict()["setup"]["micro_batch"] == 2
+    assert trainmem.compare("llama-3.1-8b", from_file=path).to_dict()["baseline"]

@@ -157,6 +157,7 @@ PATTERNS: list[tuple[str, str]] = [
     # ------------------------------------------------------------------ refusals
     ("--from {p:p}: {why}; give {flag:w} to choose", "--from {p}：{why!t}；请给出 {flag} 来选择"),
     ("--from {p:p}: {why}; give MODEL", "--from {p}：{why!t}；请给出 MODEL"),
+    ("--from {p}: {why}; give MODEL", "--from {p}：{why!t}；请给出 MODEL"),
     ("--from {p:p}: {why}", "--from {p}：{why!t}"),
     ("--from {p}: {why}", "--from {p}：{why!t}"),
     ("not valid {s:w} ({detail})", "不是合法的 {s}（解析器的原话：\"{detail}\"）"),
