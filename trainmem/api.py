@@ -121,7 +121,7 @@ def precision_notes(fields: dict[str, Any]) -> list[str]:
 
 def _stack_target(spec: ModelSpec | None) -> Target:
     """What :func:`trainmem.frameworks.apply_stack` reads of the model (none before it is resolved) and the
-    validation it checks each stack value with: the setup's, with the model's own defaults filled in."""
+    validation it checks each stack value with: the setup's, with the model's and the GPU's defaults filled in."""
     from trainmem.frameworks import Target
 
     def refusal(fields: Mapping[str, Any]) -> str | None:
@@ -129,6 +129,7 @@ def _stack_target(spec: ModelSpec | None) -> Target:
         try:
             if spec is not None:
                 default_notes(spec, trial)
+            precision_notes(trial)  # (as build_spec fills them: the precision a GPU without bf16 runs)
             setup = make_setup(**trial)
             if spec is not None:
                 validate_for_model(setup, spec)

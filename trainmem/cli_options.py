@@ -96,7 +96,7 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("offload_activations", _B, "--offload-activations", "saved activations to pinned host memory (torchtune/TRL "
                                                          "OffloadActivations, axolotl activation_offloading)"),
     ("stack", _S, "--stack", "a framework's shipped defaults for the flags not given: hf-trainer|trl|torchtune|"
-                             "litgpt|axolotl|llama-factory|unsloth|ms-swift|torchtitan|megatron|deepspeed|"
+                             "litgpt|axolotl|llama-factory|unsloth|ms-swift|torchtitan|megatron|megatron-bridge|deepspeed|"
                              "llm-foundry|accelerate (docs/stacks.md)"),
     ("gpu", _S, "--gpu", "GPU name [H100-SXM-80G] (trainmem gpus)"),
     ("gpu_memory", _S, "--gpu-memory", "memory of the GPU, e.g. 96GiB or 94GB (overrides the catalog's)"),

@@ -261,9 +261,21 @@ def test_explicit_flags_win() -> None:
     assert_chinese(tr(next(n for n in ts.notes if n.startswith("warning:")), "zh"))
 
 
+def test_stack_bf16_gives_way_on_a_gpu_without_bf16() -> None:
+    _, ts = build("llama-3.1-8b", stack="torchtune", lora_rank=8, gpu="V100-32G")
+    assert ts.precision != "bf16" and ts.adapter_dtype == "fp32"
+    assert any(n.startswith("precision bf16: the torchtune default, not applied: gpu V100-SXM2-32G has no bfloat16 "
+                            "support")
+               for n in ts.notes)
+    trainmem.estimate("llama-3.1-8b", stack="torchtune", lora_rank=8, gpu="V100-32G")
+
+
 def test_stack_engine_makes_parallel_flags_valid() -> None:
     _, ts = build("llama-3.1-8b", stack="megatron", gpus=8, tp=2, pp=2)
     assert ts.engine == "megatron" and ts.precision == "fp32" and ts.zero == 0
+    _, ts = build("llama-3.1-8b", stack="megatron-bridge", gpus=8, tp=2)  # the recipe: bf16, distributed optimizer
+    assert (ts.engine, ts.precision, ts.zero, ts.grad_reduce_16bit, ts.seq_len) == ("megatron", "mixed-bf16", 1, False,
+                                                                                     8192)
     _, ts = build("llama-3.1-8b", stack="torchtitan", gpus=8, tp=2)
     assert ts.engine == "fsdp2" and ts.sp
 
@@ -286,7 +298,7 @@ def test_unknown_stack_is_one_line(capsys) -> None:
 def test_every_stack_builds_and_says_it_in_chinese(stack: str, fields: dict) -> None:
     from tests.report.test_zh import assert_chinese
     from trainmem.report.i18n import tr
-    if stack in ("megatron",) and fields.get("lora_rank"):
+    if stack in ("megatron", "megatron-bridge") and fields.get("lora_rank"):
         fields = {**fields, "engine": "fsdp2"}  # LoRA is not modelled on the megatron engine
     spec, ts = build("llama-3.1-8b", **fields, stack=stack)
     lines = [n for n in ts.notes if "default" in n or n.startswith(f"{stack}: ")]

@@ -27,7 +27,7 @@ __all__ = ["STACK_NAMES", "Stack", "Default", "Run", "Target", "CONDITIONS", "ge
 _MODULES: dict[str, str] = {
     "hf-trainer": "hf_trainer", "trl": "trl", "torchtune": "torchtune", "litgpt": "litgpt", "axolotl": "axolotl",
     "llama-factory": "llama_factory", "unsloth": "unsloth", "ms-swift": "ms_swift", "torchtitan": "torchtitan",
-    "megatron": "megatron", "deepspeed": "deepspeed", "llm-foundry": "llm_foundry", "accelerate": "accelerate",
+    "megatron": "megatron", "megatron-bridge": "megatron_bridge", "deepspeed": "deepspeed", "llm-foundry": "llm_foundry", "accelerate": "accelerate",
 }
 STACK_NAMES: tuple[str, ...] = tuple(_MODULES)
 """The names ``--stack`` takes."""

@@ -51,6 +51,9 @@ EXACT: dict[str, str] = {
     "mixed precision and the distributed optimizer: give --precision mixed-bf16 --zero 1":
         "megatron：不给 --bf16 或 --fp16 时 Megatron-LM 以 fp32 训练；NeMo 和 Megatron-Bridge 的配方会设 bf16 "
         "混合精度和分布式优化器：请给 --precision mixed-bf16 --zero 1",
+    "megatron-bridge: the recipe sets context parallelism 2 (cfg.model.context_parallel_size = 2): give --cp 2 to "
+    "run it as written":
+        "megatron-bridge：该配方设了上下文并行 2（cfg.model.context_parallel_size = 2）：要按配方原样运行请给 --cp 2",
     "deepspeed: the training loop is the user's: trainmem's default (the output dropped before backward) unless "
     "--loop script":
         "deepspeed：训练循环由用户自己写：按 trainmem 的默认（反向前丢弃模型输出）计算，除非给 --loop script",
