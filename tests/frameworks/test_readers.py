@@ -269,3 +269,18 @@ def test_python_api_from_file(capsys) -> None:
     assert trainmem.estimate(None, from_file=path).to_dict() == json.loads(capsys.readouterr().out)
     assert trainmem.estimate(None, from_file=path, micro_batch=2).to_dict()["setup"]["micro_batch"] == 2
     assert trainmem.compare("llama-3.1-8b", from_file=path).to_dict()["baseline"]
+
+
+def test_torchtune_lora_modules_count_as_torchtune_builds_them(tmp_path) -> None:
+    """torchtune's lora_llama3_1_8b(lora_attn_modules=[q_proj, v_proj, output_proj], apply_lora_to_mlp=True,
+    lora_rank=8) adapts q, v, output_proj and w1/w2/w3 of each of the 32 layers (hidden 4096, kv 1024, MLP 14336):
+    r·(in + out) per adapted linear, by hand; apply_lora_to_output adds r·(4096 + 128256)."""
+    import trainmem
+    r, h, kv, f = 8, 4096, 1024, 14336
+    per_layer = r * ((h + h) + (h + kv) + (h + h) + 3 * (h + f))
+    path = CONFIGS / "torchtune_llama3_1_8B_lora.yaml"
+    assert trainmem.estimate(None, from_file=str(path)).to_dict()["n_trainable_params"] == 32 * per_layer
+    out = tmp_path / "out.yaml"
+    out.write_text(path.read_text().replace("apply_lora_to_output: False", "apply_lora_to_output: True"))
+    got = trainmem.estimate(None, from_file=str(out)).to_dict()["n_trainable_params"]
+    assert got == 32 * per_layer + r * (h + 128256)
