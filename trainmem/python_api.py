@@ -387,7 +387,7 @@ def plan(model: ModelRef, *, cluster: str | None = None, global_batch: int = 0, 
          optimizer: str | None = None, attn: str | None = None, lora_rank: int | None = None,
          lora_targets: str | list[str] | tuple[str, ...] | None = None, qlora: bool | None = None,
          attn_kernel: str | None = None, grad_reduce_16bit: bool = False, fp8_params: bool = False,
-         async_tp: bool = False, stack: str | None = None) -> Plan:
+         async_tp: bool = False, stack: str | None = None, offload_activations: bool = False) -> Plan:
     """The fastest configurations that fit a GPU pool, or how many GPUs the model needs: ``trainmem plan --json``
     (without ``--export`` / ``--report``, which write files). Keywords are ``trainmem plan``'s flags; ``fix`` may
     be ``"engine=megatron,tp=4"`` or ``{"engine": "megatron", "tp": 4}``. For a live model, LoRA, the 4-bit
@@ -402,7 +402,7 @@ def plan(model: ModelRef, *, cluster: str | None = None, global_batch: int = 0, 
     extra: dict[str, Any] = {"optimizer": optimizer, "attn": attn, "lora_rank": lora_rank, "qlora": qlora or None,
                              "lora_targets": lora_targets, "attn_kernel": attn_kernel,
                              "grad_reduce_16bit": grad_reduce_16bit or None, "fp8_params": fp8_params or None,
-                             "async_tp": async_tp or None}
+                             "async_tp": async_tp or None, "offload_activations": offload_activations or None}
     ref: str | ModelSpec
     if isinstance(model, (str, os.PathLike)):
         ref = os.fspath(model)

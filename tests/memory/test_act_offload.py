@@ -118,3 +118,13 @@ def test_step_time_pays_the_copies_only_when_they_outlast_the_passes() -> None:
 
     assert t() == 0.0 and t(offload_activations=True) > 0.3  # 21 GiB each way per micro-batch
     assert t(recompute="full", offload_activations=True) == 0.0  # 1 GiB: hidden under the passes
+
+
+def test_plan_with_offloaded_activations() -> None:
+    """The planner runs it on torch/fsdp2 without pipeline parallelism (its step-time ranking reads its unvalidated
+    candidates too, memory refused for the other engines)."""
+    import trainmem
+
+    kw = dict(cluster="2xRTX-4090-24G", global_batch=16, seq_len=4096, lora_rank=16)
+    off = trainmem.plan("llama-3.1-8b", offload_activations=True, **kw).to_dict()["plans"]
+    assert off and all(p["engine"] in ("torch", "fsdp2") and p["pp"] == 1 for p in off)

@@ -483,11 +483,30 @@ def _activation_offload_seconds(spec: ModelSpec, s: TrainingSetup, e: _Entry) ->
     """Exposed seconds per micro-batch of ``--offload-activations``: the layers' kept bytes to the host in the
     forward and back in the backward over the node's host link (memory/act_offload.py)."""
     from trainmem.memory.act_offload import exposed_transfer_seconds
-    from trainmem.memory.plan import kept_per_layer
 
+    if s.engine not in ("torch", "fsdp2") or s.pp > 1:
+        return 0.0  # (refused by the setup: a planner candidate that never reaches a plan)
     grp = e.grp
-    return exposed_transfer_seconds(sum(kept_per_layer(spec, s)), grp.host.effective_gbps * 1e9,
+    return exposed_transfer_seconds(_kept_bytes(spec, s), grp.host.effective_gbps * 1e9,
                                     min(grp.gpus_per_node, s.gpus), e.st.fwd, e.st.bwd)
+
+
+_KEPT: dict[tuple, int] = {}
+
+
+def _kept_bytes(spec: ModelSpec, s: TrainingSetup) -> int:
+    """The layers' kept bytes of one micro-batch (memory/plan.py ``kept_per_layer``), for a setup or the planner's
+    unvalidated view of one (read as a TrainingSetup without validation), cached per configuration."""
+    from trainmem.memory.plan import kept_per_layer
+    from trainmem.setup import TrainingSetup
+
+    fields = s.model_dump() if isinstance(s, TrainingSetup) else dict(vars(s))
+    key = (spec.name, id(spec), tuple(sorted((k, v) for k, v in fields.items() if k != "notes")))
+    got = _KEPT.get(key)
+    if got is None:
+        ts = s if isinstance(s, TrainingSetup) else TrainingSetup.model_construct(**fields)
+        got = _KEPT[key] = sum(kept_per_layer(spec, ts))
+    return got
 
 
 def _hop_seconds(s: TrainingSetup, e: _Entry) -> float:
