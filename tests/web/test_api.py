@@ -340,3 +340,12 @@ def test_allow_paths_reads_them(tmp_path, capsys) -> None:
         plan = _post(c, "/api/plan", {"model": "llama-3.2-1b", "global_batch": 64,
                                        "cluster": "examples/clusters/dgx-h100-64.toml"})
         assert plan.status_code == 200, plan.text
+
+
+def test_from_file_is_refused(client) -> None:
+    """--from FILE reads a local file: the API refuses the key rather than ignoring it."""
+    for body in ({"model": "llama-3.2-1b", "from_file": "/etc/passwd"}, {"from_file": "/nonexistent.yaml"}):
+        r = _post(client, "/api/estimate", body)
+        assert r.status_code == 422 and r.json()["error"].startswith("from_file: not available in the web API")
+    zh = _post(client, "/api/plan", {"model": "llama-3.2-1b", "from_file": "x.yaml", "lang": "zh"}).json()["error"]
+    assert "读取本地文件" in zh

@@ -78,6 +78,9 @@ def _argv(cmd, body: dict[str, Any]) -> list[str]:  # noqa: ANN001
             continue
         if key in _REFUSED:
             raise ConfigError(f"{key}: not available in the web API (it writes files); use the command line")
+        if key == "from_file":  # --from FILE reads a local file: the API reads none (paste the config instead)
+            raise ConfigError("from_file: not available in the web API (it reads a local file); give the model and "
+                              "the flags, or use the command line")
         p = params.get(key)
         if key == "model" or (p is not None and p.param_type_name == "argument"):
             if value is not None and not isinstance(value, str):

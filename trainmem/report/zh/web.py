@@ -5,6 +5,9 @@
 from __future__ import annotations
 
 EXACT: dict[str, str] = {
+    # commands.py: --from reads a local file
+    "from_file: not available in the web API (it reads a local file); give the model and the flags, or use the "
+    "command line": "from_file：web API 不提供（它读取本地文件）；请给出模型和各项参数，或使用命令行",
     # ------------------------------------------------------------------ charts.py
     "static between steps": "步间常驻显存",
     "dynamic (allocated − static)": "动态部分（已分配 − 常驻）",
