@@ -182,7 +182,8 @@ def relevant_saving_bytes(short_bytes: int) -> int:
     return max(0, short_bytes) // 100
 
 
-def _rank(base_m: MemoryEstimate, base: TrainingSetup, base_t: StepTime, rows: list[_Row]) -> tuple[list[_Row], list[dict]]:
+def _rank(base_m: MemoryEstimate, base: TrainingSetup, base_t: StepTime,
+          rows: list[_Row]) -> tuple[list[_Row], list[dict]]:
     """The options that fit first, cheapest step time first; then the rest, most memory saved first. For a run
     that does not fit, a fix that saves less than 1 % of the gap is left out (listed with its reason)."""
     short = -base_m.headroom_bytes
@@ -323,7 +324,8 @@ def _fix_json(r: _Row, fields: dict[str, object], base_t: StepTime, s: TrainingS
             "changes": {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()},
             "peak_allocated_bytes": r.memory.peak_allocated_bytes,
             "device_total_bytes": r.memory.device_total_bytes, "gpu_memory_bytes": r.memory.gpu_memory_bytes,
-            "slowdown_pct": slowdown_pct(base_t.step_seconds, s.global_batch, r.time.step_seconds, r.setup.global_batch),
+            "slowdown_pct": slowdown_pct(base_t.step_seconds, s.global_batch, r.time.step_seconds,
+                                         r.setup.global_batch),
             "step_seconds": r.time.step_seconds, "fits": r.memory.fits}
 
 
@@ -337,5 +339,5 @@ def fix_command(command: str, model: str, given: Mapping[str, object], changes: 
 
 
 def _brief(s: TrainingSetup) -> dict:
-    return s.model_dump(mode="json", include=set(_SETUP_KEYS) | {"cp", "ep", "vpp", "gpus", "gpu", "seq_len", "optimizer",
-                                                                 "optimizer_impl"})
+    return s.model_dump(mode="json", include=set(_SETUP_KEYS) | {"cp", "ep", "vpp", "gpus", "gpu", "seq_len",
+                                                                 "optimizer", "optimizer_impl"})

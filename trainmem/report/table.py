@@ -12,7 +12,8 @@ from trainmem.report.i18n import t, tr
 from trainmem.setup import TrainingSetup
 from trainmem.units import GB, GiB
 
-__all__ = ["print_estimate", "print_max_micro_batch", "print_fix", "fix_lines", "wrap_command", "result_line", "STATIC_CATEGORIES"]
+__all__ = ["print_estimate", "print_max_micro_batch", "print_fix", "fix_lines", "wrap_command", "result_line",
+           "STATIC_CATEGORIES"]
 
 #: Categories that stay allocated between steps (the flat baseline); the rest come and go each step.
 STATIC_CATEGORIES = ("parameters", "master_weights", "optimizer_states")
@@ -96,13 +97,13 @@ def fix_lines(fix: dict | None, model: str, given: dict, lang: str = "en") -> tu
     from trainmem.plan.compare import fix_command
 
     if fix is None:
-        return (("单项改动都无法应用于此运行（trainmem compare 列出各项）" if lang == "zh" else
-                 "no single change applies to this run (trainmem compare lists them)"), "")
+        return (("没有可应用于此运行的单项改动（trainmem compare 列出各项技术）" if lang == "zh" else
+                 "no single change applies to this run (trainmem compare shows each technique)"), "")
     tech = tr(fix["technique"], lang)
     total, mem = fix["device_total_bytes"] / GiB, fix["gpu_memory_bytes"] / GiB
     if lang == "zh":
-        head = (f"能放下的最快改动：{tech}（单步时间 {fix['slowdown_pct']:+.1f} %，设备占用 {total:.2f} / {mem:.1f} GiB）："
-                if fix["fits"] else
+        head = (f"能放下的最快改动：{tech}（单步时间 {fix['slowdown_pct']:+.1f} %，"
+                f"设备占用 {total:.2f} / {mem:.1f} GiB）：" if fix["fits"] else
                 f"没有单项改动能放下；省得最多的是：{tech}（设备占用 {total:.2f} / {mem:.1f} GiB，仍放不下）：")
     else:
         head = (f"cheapest fix that fits: {tech} (step time {fix['slowdown_pct']:+.1f} %, device total "
