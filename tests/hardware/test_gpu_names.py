@@ -155,7 +155,7 @@ def test_cli_accepts_the_issue_aliases(alias: str, canonical: str, capsys) -> No
     (["estimate", "llama-2-7b", "--gpu-memory", "0GB"], "gpu-memory"),
     (["estimate", "llama-2-7b", "--gpu-memory", "-5GiB"], "gpu-memory"),
     (["estimate", "llama-2-7b", "--gpu-memory", "lots"], "gpu-memory"),
-    (["estimate", "llama-2-7b", "--gpu", "T4"], "no bfloat16"),
+    (["estimate", "llama-2-7b", "--gpu", "T4", "--precision", "amp-bf16"], "no bfloat16"),
 ])
 def test_bad_gpu_input_one_line_exit_2(args: list[str], needle: str, capsys) -> None:
     rc, out, err = run(args, capsys)

@@ -94,3 +94,25 @@ def test_an_unknown_repository_is_an_unknown_model(monkeypatch, tmp_path):
     _serve(monkeypatch, tmp_path, [], error=RepositoryNotFoundError("nope", response=response))
     with pytest.raises(UnknownModelError, match="unknown model 'someone/nothing-here'; the hub has no such repository"):
         resolve_model("someone/nothing-here")
+
+
+def test_no_network_answers_from_the_cache_at_once(monkeypatch, tmp_path):
+    """Unreachable hub (the TCP check fails): only the cache is asked — huggingface_hub is never called with
+    network allowed (it would retry for ~20 s) — and the unknown-model line says how to pass the file."""
+    import huggingface_hub
+
+    asked = []
+
+    def fake_download(**kwargs):
+        asked.append(kwargs["local_files_only"])
+        raise LocalEntryNotFoundError("not cached")
+
+    hub.clear_cache()
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(hub, "_hub_reachable", lambda timeout_s=3.0: False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    cfg, why, how = hub.fetch_hub_config("someorg/some-model")
+    assert cfg is None and asked == [True]
+    assert "the hub cannot be reached" in how and "huggingface-cli download someorg/some-model config.json" in how

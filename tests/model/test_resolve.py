@@ -75,7 +75,13 @@ def test_bad_paths(tmp_path):
         resolve_model(str(tmp_path / "config.json"))
 
 
-@pytest.mark.parametrize("ref", ["not-a-model", "someone/unknown-model", "./missing/config.json"])
+def test_a_missing_path_says_no_such_file():
+    with pytest.raises(UnknownModelError, match=r"^no such file './missing/config.json' \(a model given as a path") as err:
+        resolve_model("./missing/config.json")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("ref", ["not-a-model", "someone/unknown-model"])
 def test_unknown_reference(ref):
     with pytest.raises(UnknownModelError) as err:
         resolve_model(ref)

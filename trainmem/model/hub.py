@@ -24,6 +24,7 @@ __all__ = ["HUB_ID", "hub_offline", "fetch_hub_config", "clear_cache"]
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 """``owner/name`` as the hub spells repository ids."""
 _TIMEOUT_S = 10
+_CONNECT_TIMEOUT_S = 3.0
 _CACHE: dict[str, dict[str, Any]] = {}
 
 
@@ -42,13 +43,39 @@ def _download(repo_id: str, *, token: str | None, offline: bool) -> str:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.utils import logging as hub_logging
 
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
     verbosity = hub_logging.get_verbosity()
     hub_logging.set_verbosity_error()  # ("... thrown while requesting HEAD" would be a second line)
     try:
+        if not offline and not _hub_reachable():
+            try:  # no network: the cache alone answers, at once (huggingface_hub would retry for ~20 s)
+                return hf_hub_download(repo_id=repo_id, filename="config.json", token=token, local_files_only=True)
+            except LocalEntryNotFoundError:
+                raise LocalEntryNotFoundError(f"{_endpoint_host()} cannot be reached") from None
         return hf_hub_download(repo_id=repo_id, filename="config.json", token=token, local_files_only=offline,
                                etag_timeout=_TIMEOUT_S)
     finally:
         hub_logging.set_verbosity(verbosity)
+
+
+def _endpoint_host() -> str:
+    """The hub's host (``HF_ENDPOINT``, default huggingface.co)."""
+    from urllib.parse import urlparse
+    return urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+
+
+def _hub_reachable(timeout_s: float = _CONNECT_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the hub's port 443 opens within ``timeout_s`` (a proxy set in the
+    environment is trusted to reach it)."""
+    import socket
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    try:
+        with socket.create_connection((_endpoint_host(), 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def _how_to_pass(repo_id: str) -> str:
