@@ -1,8 +1,8 @@
 """Trace truth for ``--compile``: a whole training step of a small llama-shaped transformers model, each decoder
-layer compiled with ``torch.compile(backend="inductor")`` (torchtitan's apply_compile: one ``torch.compile`` per
-block), run for real on the CPU; what the step's forward keeps for backward (``saved_tensors_hooks``, by storage:
-the compiled layers' partitioned forward outputs, the eager embedding, final norm, head and loss) against
-``estimate --compile``'s activations when the backward starts.
+layer and the loss compiled with ``torch.compile(backend="inductor")`` (torchtitan's apply_compile: one
+``torch.compile`` per block, and its compiled loss), run for real on the CPU; what the step's forward keeps for
+backward (``saved_tensors_hooks``, by storage: the compiled layers' and loss's partitioned forward outputs, the eager
+embedding, final norm and head) against ``estimate --compile``'s activations when the backward starts.
 
 What the CPU run stands for (docs/accuracy.md): the same min-cut partition as CUDA inductor (the partitioner
 runs before device lowering), SDPA's CPU flash kernel where CUDA runs FlashAttention (both save q, k, v, the
@@ -28,15 +28,21 @@ CFG = dict(TINY["llama-gqa"], num_hidden_layers=1)  # (one block: one inductor c
 B, S = 2, 128
 
 
-def _saved_by_compiled_step_bytes(backend: str = "inductor", checkpointed: bool = False) -> tuple[int, float]:
-    """(bytes the forward keeps for backward, seconds of the step including compilation); ``checkpointed``: each
-    block checkpointed inside its compiled region (torchtitan's apply_ac, then apply_compile)."""
+def _saved_by_compiled_step_bytes(backend: str = "inductor", checkpointed: bool = False,
+                                  cfg: dict | None = None) -> tuple[int, float]:
+    """(bytes the forward keeps for backward, seconds of the step including compilation): every decoder layer and
+    the loss compiled with ``backend``, as the frameworks do (torchtitan: ``apply_compile`` per block and
+    ``build_cross_entropy_loss``; torchtune: each layer and ``compile_loss``); transformers' ``ForCausalLMLoss``
+    stands for the loss. ``checkpointed``: each block checkpointed inside its compiled region (torchtitan's
+    apply_ac, then apply_compile). The model output is dropped before backward (--loop trainer)."""
     from tests.memory.compile_measure import _compile_layer, host_rng_state
 
+    cfg = cfg or CFG
     torch._dynamo.reset()
-    model = _build(CFG, "sdpa", torch.bfloat16)
+    model = _build(cfg, "sdpa", torch.bfloat16)
     for layer in model.model.layers:
         _compile_layer(layer, backend, checkpointed)
+    loss_fn = torch.compile(model.loss_function, backend=backend)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved: dict[int, int] = {}
 
@@ -46,12 +52,14 @@ def _saved_by_compiled_step_bytes(backend: str = "inductor", checkpointed: bool 
             saved[st.data_ptr()] = st.nbytes()
         return t
 
-    ids = torch.randint(0, CFG["vocab_size"], (B, S))
+    ids = torch.randint(0, cfg["vocab_size"], (B, S))
     t0 = time.perf_counter()
     # (one compile thread: on two cores inductor's worker pool costs more than it saves)
     with torch._inductor.config.patch(compile_threads=1), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = model(input_ids=ids, labels=ids, use_cache=False)
-    out.loss.backward()
+        logits = model(input_ids=ids, use_cache=False).logits
+        loss = loss_fn(logits, ids, vocab_size=cfg["vocab_size"])
+    del logits
+    loss.backward()
     return sum(n for ptr, n in saved.items() if ptr not in params), time.perf_counter() - t0
 
 
@@ -110,3 +118,17 @@ def test_trace_compile_cli(capsys) -> None:
     assert main(["trace", "gpt2", "--compile", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: cannot trace --compile") and err.count("\n") == 1
+
+
+def test_compiled_loss_step_agrees_with_estimate_compile() -> None:
+    """A vocabulary that makes the loss count (8192): the compiled loss keeps the 16-bit logits and two fp32 values
+    per token, no fp32 log-softmax (the eager-loss estimate is +69 % here)."""
+    from tests.memory.compile_measure import PARTITION_BACKEND
+
+    cfg = dict(CFG, num_hidden_layers=2, vocab_size=8192)
+    measured, _ = _saved_by_compiled_step_bytes(PARTITION_BACKEND, cfg=cfg)
+    est = estimate(spec_from_hf_config(cfg, name="llama-gqa"),
+                   make_setup(precision="bf16", seq_len=S, micro_batch=B, compile=True))
+    at_backward = next(c["activations"] for (phase, _), c in zip(est.timeline, est.timeline_categories)
+                       if phase.startswith("backward"))
+    assert at_backward == pytest.approx(measured, rel=0.03), (at_backward, measured)

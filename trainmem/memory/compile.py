@@ -32,10 +32,10 @@ byte; tests/trace/test_compile_trace.py runs a whole step with ``backend="induct
 Scope (``compile_refusal`` says so for the rest): decoder layers compiled one by one, as torchtitan's
 ``apply_compile`` (each TransformerBlock, after ``apply_ac``: a checkpointed block is compiled with its
 checkpoint, so it saves its input only) and torchtune's ``compile: True`` (each layer) do. HF Trainer's
-``torch_compile=True`` compiles the whole model, which is not modelled: its layers save the same, but its loss
-keeps the 16-bit logits (the upcast is recomputed) and its logsumexp rows, and under Dynamo transformers takes its
+``torch_compile=True`` compiles the whole model: its layers save the same and its loss is compiled as the others'
+(:func:`compiled_loss_buffers`: all three frameworks compile the loss), but under Dynamo transformers takes its
 tracing branch and builds an explicit (b, 1, s, s) mask for SDPA (saved once; on CUDA it moves SDPA from the flash
-to the memory-efficient kernel). Measured on a tiny llama: 6.8 % below per-block in all. Eager kernels' transients (norm and MLP backward temporaries) are kept as eager (an upper
+to the memory-efficient kernel), which is not modelled. Eager kernels' transients (norm and MLP backward temporaries) are kept as eager (an upper
 bound: inductor fuses them).
 """
 
@@ -43,14 +43,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dataclasses import replace
+
 from trainmem.memory.activations import LayerSaved, Term, compute_bytes, is_amp, layer_saved, residual_bytes
+from trainmem.memory.loss import LossBuffers
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
     from trainmem.setup import TrainingSetup
 
 __all__ = ["COMPILE_FAMILIES", "compile_refusal", "compiled_layer_saved", "compiled_checkpoint_input_bytes",
-           "compile_assumptions"]
+           "compiled_loss_buffers", "compile_assumptions"]
 
 #: Families whose compiled layer is described here (each measured: tests/memory/test_compile.py).
 COMPILE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "gpt2")
@@ -130,13 +133,29 @@ def compiled_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> in
     return residual_bytes(setup) * spec.hidden_size * setup.micro_batch * setup.seq_len
 
 
+def compiled_loss_buffers(eager: LossBuffers, setup: TrainingSetup, tokens: int, vocab: int) -> LossBuffers:
+    """The loss under compile: torchtitan compiles its ``cross_entropy_loss`` (torchtitan/components/loss.py
+    ``build_cross_entropy_loss``: ``pred.float()`` + cross_entropy), torchtune ``compile_loss`` compiles the whole
+    loss or, for ``CEWithChunkedOutputLoss``, each chunk's ``compute_cross_entropy`` (upcast + cross_entropy), HF
+    Trainer's whole-model compile ``ForCausalLMLoss``. Inductor's kernels (traced on the CPU, TORCH_LOGS=output_code)
+    compute the log-softmax from the 16-bit logits in registers: the forward allocates and saves two fp32 values per
+    token (the row max and the log-sum-exp) and saves the logits themselves; the backward allocates one fp32 value
+    per token and writes the gradient in the logits' dtype. No fp32 b·s·V tensor exists (eager: the upcast, the
+    saved log-softmax and two fp32 gradients). The rest (logits, the LM head's backward) as eager."""
+    n = tokens * vocab
+    c = eager.logits_bytes // n if n else compute_bytes(setup)
+    per = -(-tokens // (setup.loss_chunks or 8)) if setup.loss == "chunked" else tokens
+    return replace(eager, kept_bytes=8 * tokens, forward_transient_bytes=0, backward_transient_bytes=4 * per,
+                   grad_logits_bytes=c * n, logits_saved=True)
+
+
 def compile_assumptions(setup: TrainingSetup) -> list[str]:
     """The assumption lines an estimate under ``--compile`` lists."""
-    out = ["torch.compile: each decoder layer compiled (torchtitan apply_compile, torchtune compile): saved tensors as "
-           "the min-cut partitioner keeps them (torch/_functorch/partitioners.py, torch 2.13); embeddings, final norm, "
-           "head and loss eager (HF Trainer's whole-model compile, not modelled, saves 16-bit logits for the loss and "
-           "makes transformers build an explicit b·s² attention mask); eager kernels' temporaries; step time unchanged "
-           "(no cited compile speed-up factor)"]
+    out = ["torch.compile: each decoder layer and the loss compiled (torchtitan apply_compile and its compiled loss, "
+           "torchtune compile): saved tensors as the min-cut partitioner keeps them (torch/_functorch/partitioners.py, "
+           "torch 2.13), the loss keeps the 16-bit logits and two fp32 values per token; embeddings, final norm and head "
+           "eager (HF Trainer's whole-model compile also makes transformers build an explicit b·s² attention mask: not "
+           "modelled); eager kernels' temporaries; step time unchanged (no cited compile speed-up factor)"]
     if setup.recompute == "full":
         out.append("torch.compile with --recompute full: each checkpointed block is compiled with its checkpoint "
                    "(torchtitan apply_ac, then apply_compile): it keeps its input; its recompute is the compiled saved set")

@@ -32,15 +32,16 @@ EXACT: dict[str, str] = {
     "--compile with a masked or math-kernel attention (sliding window, fp32 with GQA) is not modelled; use a 16-bit "
     "recipe without a window": "--compile 与带掩码或走 math 内核的 attention（滑动窗口、fp32 加 GQA）的组合未建模；"
         "请用不带窗口的 16 位方案",
-    "torch.compile: each decoder layer compiled (torchtitan apply_compile, torchtune compile): saved tensors as the "
-    "min-cut partitioner keeps them (torch/_functorch/partitioners.py, torch 2.13); embeddings, final norm, head and "
-    "loss eager (HF Trainer's whole-model compile, not modelled, saves 16-bit logits for the loss and makes "
-    "transformers build an explicit b·s² attention mask); eager kernels' temporaries; step time unchanged (no "
-    "cited compile speed-up factor)":
-        "torch.compile：每个 decoder 层单独编译（torchtitan apply_compile、torchtune compile）：保存的张量按 min-cut "
-        "分割器的选择计算（torch/_functorch/partitioners.py，torch 2.13）；embedding、最后的 norm、输出层和 loss 按 eager "
-        "计算（HF Trainer 的整模型编译未建模：它为 loss 保存 16 位 logits，并让 transformers 构造显式的 b·s² attention "
-        "mask）；临时张量按 eager 内核计；step 时间不变（没有可引用的编译加速系数）",
+    "torch.compile: each decoder layer and the loss compiled (torchtitan apply_compile and its compiled loss, "
+    "torchtune compile): saved tensors as the min-cut partitioner keeps them (torch/_functorch/partitioners.py, "
+    "torch 2.13), the loss keeps the 16-bit logits and two fp32 values per token; embeddings, final norm and head "
+    "eager (HF Trainer's whole-model compile also makes transformers build an explicit b·s² attention mask: not "
+    "modelled); eager kernels' temporaries; step time unchanged (no cited compile speed-up factor)":
+        "torch.compile：每个 decoder 层和 loss 都编译（torchtitan apply_compile 及其编译的 loss、torchtune compile）："
+        "保存的张量按 min-cut 分割器的选择计算（torch/_functorch/partitioners.py，torch 2.13），loss 只保留 16 位 logits "
+        "和每个 token 两个 fp32 值；embedding、最后的 norm 和输出层按 eager 计算（HF Trainer 的整模型编译还会让 "
+        "transformers 构造显式的 b·s² attention mask：未建模）；临时张量按 eager 内核计；step 时间不变（没有可引用的"
+        "编译加速系数）",
     "torch.compile with --recompute full: each checkpointed block is compiled with its checkpoint (torchtitan "
     "apply_ac, then apply_compile): it keeps its input; its recompute is the compiled saved set":
         "torch.compile 加 --recompute full：每个做检查点的 block 连同检查点一起编译（torchtitan 先 apply_ac 再 "
