@@ -214,7 +214,7 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
     # backward also upcasts the LM head's input gradient (four fp32 tensors, traced).
     plan.norm_bwd = (12 if spec.norm == "rmsnorm" else r) * T * h // sp_div
     plan.final_norm_bwd = (16 if spec.norm == "rmsnorm" else r) * T * h // sp_div
-    if spec.derived is not None and spec.derived.post_mlp_norm(derived_mode(s), derived_attn(s)):
+    if spec.derived is not None and spec.derived.post_mlp_norm(derived_mode(s), derived_attn(s), s.seq_len):
         plan.post_norm_bwd = plan.norm_bwd
     # Bytes per (token × MLP width) alive together in the MLP's backward beyond d(product): gated MLPs
     # hold d(act) and d(up) (2c), a plain MLP d(act) only; GPT-2's gelu_new under autocast

@@ -51,9 +51,9 @@ from trainmem.model.spec import LayerParams, ModelSpec, ParamCounts
 if TYPE_CHECKING:
     from trainmem.setup import TrainingSetup
 
-__all__ = ["DerivedLayers", "SavedPart", "derive_spec", "DERIVE_VERSION", "SEQ_LENS", "cache_dir"]
+__all__ = ["DerivedLayers", "SavedPart", "derive_spec", "probe_lengths", "DERIVE_VERSION", "SEQ_LENS", "cache_dir"]
 
-DERIVE_VERSION = 4
+DERIVE_VERSION = 5
 """Bumped when the measurement changes (part of the disk-cache key)."""
 SEQ_LENS = (64, 128, 192)
 """The sequence lengths of the fit (s₁, s₂, s₃), each with micro-batches of 1 and 2 sequences."""
@@ -116,7 +116,10 @@ class DerivedLayers:
     architecture: str
     supports_sdpa: bool = True
     """The transformers class has an SDPA attention (``_supports_sdpa``); else only eager (and flash)."""
-    _probes: dict[tuple[str, str], _Probe] = field(default_factory=dict, repr=False)
+    sliding_window: int | None = None
+    """The config's sliding window (after its class's defaults); from ``kv_length >= window`` on transformers
+    builds an explicit mask (masking_utils ``_ignore_causal_mask_sdpa``), so the layers are probed in that regime."""
+    _probes: dict[tuple[str, str, tuple[int, ...]], _Probe] = field(default_factory=dict, repr=False)
 
     @property
     def key(self) -> str:
@@ -151,27 +154,28 @@ class DerivedLayers:
                         "transformers): use torch, fsdp2 or deepspeed without it")
         return None
 
-    def parts(self, mode: str, attn: str) -> tuple[SavedPart, ...]:
+    def parts(self, mode: str, attn: str, seq_len: int) -> tuple[SavedPart, ...]:
         """Per-layer saved parts for a precision class (``fp32`` | ``16`` | ``amp``) and an attention."""
-        return self._probe(mode, attn).parts
+        return self._probe(mode, attn, seq_len).parts
 
-    def wide(self, mode: str, attn: str) -> SavedPart:
+    def wide(self, mode: str, attn: str, seq_len: int) -> SavedPart:
         """Tensors created once per forward and saved by every layer (rotary cos/sin, masks)."""
-        return self._probe(mode, attn).wide
+        return self._probe(mode, attn, seq_len).wide
 
-    def input_kept(self, mode: str, attn: str) -> SavedPart:
+    def input_kept(self, mode: str, attn: str, seq_len: int) -> SavedPart:
         """What the layer saves that is its input tensor itself."""
-        return self._probe(mode, attn).input_kept
+        return self._probe(mode, attn, seq_len).input_kept
 
-    def post_mlp_norm(self, mode: str, attn: str) -> bool:
+    def post_mlp_norm(self, mode: str, attn: str, seq_len: int) -> bool:
         """Whether a norm runs after the MLP (its backward opens the layer's backward)."""
-        return self._probe(mode, attn).post_mlp_norm
+        return self._probe(mode, attn, seq_len).post_mlp_norm
 
-    def _probe(self, mode: str, attn: str) -> _Probe:
-        got = self._probes.get((mode, attn))
+    def _probe(self, mode: str, attn: str, seq_len: int) -> _Probe:
+        lengths = probe_lengths(self.sliding_window, seq_len)
+        got = self._probes.get((mode, attn, lengths))
         if got is None:
-            got = _cached_probe(self, mode, attn)
-            self._probes[(mode, attn)] = got
+            got = _cached_probe(self, mode, attn, lengths)
+            self._probes[(mode, attn, lengths)] = got
         return got
 
 
@@ -487,18 +491,18 @@ def _quadratic_through(points: list[tuple[int, float]]) -> tuple[float, float, f
     return tuple(0.0 if abs(c) < 1e-6 else c for c in (c0, c1, c2))  # type: ignore[return-value]
 
 
-def _fit(name: str, component: str, one: list[int], two: list[int]) -> SavedPart:
+def _fit(name: str, component: str, one: list[int], two: list[int], lengths: tuple[int, ...]) -> SavedPart:
     """Per-sequence part ``b·(α·s + β·s²)`` from what a second sequence adds at each s (``two - one``; a
     per-sequence constant would be a tensor of the weights, so its c₀ is ~0), and the shared part
     ``γ + c·s + e·s²`` from what is left of one sequence's bytes, both through s₁, s₂, s₃."""
-    per_seq = [(s, float(b2 - b1)) for s, b1, b2 in zip(SEQ_LENS, one, two)]
+    per_seq = [(s, float(b2 - b1)) for s, b1, b2 in zip(lengths, one, two)]
     _, alpha, beta = _quadratic_through(per_seq)
-    shared = [(s, b1 - (alpha * s + beta * s * s)) for s, b1 in zip(SEQ_LENS, one)]
+    shared = [(s, b1 - (alpha * s + beta * s * s)) for s, b1 in zip(lengths, one)]
     gamma, c, e = _quadratic_through(shared)
     return SavedPart(name, component, alpha, beta, int(round(gamma)), c, e)
 
 
-def _measure(d: DerivedLayers, mode: str, attn: str) -> _Probe:
+def _measure(d: DerivedLayers, mode: str, attn: str, lengths: tuple[int, ...] = SEQ_LENS) -> _Probe:
     """Run the probe model at each of ``SEQ_LENS`` with 1 and 2 sequences on fake tensors with the tracer's CUDA
     emulations, and fit the parts."""
     torch, transformers = _import_torch()
@@ -532,7 +536,7 @@ def _measure(d: DerivedLayers, mode: str, attn: str) -> _Probe:
         stack.callback(quiet.setLevel, level)
         try:
             for b in (1, 2):
-                for s in SEQ_LENS:
+                for s in lengths:
                     copies.clear()
                     runs[(b, s)] = _probe_forward(torch, model, layers, vocab, b, s, amp, copies)
                     torch.clear_autocast_cache()
@@ -541,25 +545,26 @@ def _measure(d: DerivedLayers, mode: str, attn: str) -> _Probe:
             raise ConfigError(f"transformers cannot run {d.architecture} on this config: {msg}") from None
 
     def series(pick: Any) -> tuple[list[int], list[int]]:
-        return [pick(runs[(1, s)]) for s in SEQ_LENS], [pick(runs[(2, s)]) for s in SEQ_LENS]
+        return [pick(runs[(1, s)]) for s in lengths], [pick(runs[(2, s)]) for s in lengths]
 
     names = sorted({n for parts, *_ in runs.values() for n in parts})
-    fitted = tuple(_fit(n, _COMPONENT_OF[n], *series(lambda r, n=n: r[0].get(n, 0))) for n in names)
-    wide = _fit("derived:model_wide", "norm", *series(lambda r: r[1]))
-    return _Probe(fitted, wide, _fit("derived:input_kept", "norm", *series(lambda r: r[2])),
+    fitted = tuple(_fit(n, _COMPONENT_OF[n], *series(lambda r, n=n: r[0].get(n, 0)), lengths) for n in names)
+    wide = _fit("derived:model_wide", "norm", *series(lambda r: r[1]), lengths)
+    return _Probe(fitted, wide, _fit("derived:input_kept", "norm", *series(lambda r: r[2]), lengths),
                   any(r[3] for r in runs.values()))
 
 
-def _cached_probe(d: DerivedLayers, mode: str, attn: str) -> _Probe:
+def _cached_probe(d: DerivedLayers, mode: str, attn: str, lengths: tuple[int, ...] = SEQ_LENS) -> _Probe:
     """The probe from the disk cache, or measured and stored there (a cache that cannot be written is skipped)."""
-    path = cache_dir() / f"{d.key}-{mode}-{attn}.json"
+    tag = "" if lengths == SEQ_LENS else "-s" + "_".join(map(str, lengths))
+    path = cache_dir() / f"{d.key}-{mode}-{attn}{tag}.json"
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         return _Probe(tuple(SavedPart(**p) for p in raw["parts"]), SavedPart(**raw["wide"]),
                       SavedPart(**raw["input_kept"]), bool(raw["post_mlp_norm"]))
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    probe = _measure(d, mode, attn)
+    probe = _measure(d, mode, attn, lengths)
     _write_json(path, {"parts": [_as_dict(p) for p in probe.parts], "wide": _as_dict(probe.wide),
                        "input_kept": _as_dict(probe.input_kept), "post_mlp_norm": probe.post_mlp_norm})
     return probe
@@ -577,6 +582,26 @@ def _needs_torch(model_type: str, described: str = "") -> str:
                 f"needs torch and transformers: pip install 'trainmem[trace]' (described: {described})")
     return (f"model_type {model_type!r} has no layer description in trainmem; deriving one from transformers "
             "needs torch and transformers: pip install 'trainmem[trace]'")
+
+
+def _window(config: Any) -> int | None:
+    """The sliding window the config's class left set (Qwen-style classes clear it without use_sliding_window)."""
+    w = getattr(config, "sliding_window", None)
+    return w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
+
+
+def probe_lengths(window: int | None, seq_len: int) -> tuple[int, ...]:
+    """The probe's sequence lengths for a run of ``seq_len``: ``SEQ_LENS`` below a sliding window (or shorter ones
+    when the window is shorter than them), three lengths from the window on when the run reaches it (transformers
+    then passes an explicit sliding mask and CUDA may pick another SDPA kernel)."""
+    if window is None:
+        return SEQ_LENS
+    if seq_len >= window:
+        return (window, window + 64, window + 128)
+    if SEQ_LENS[-1] < window:
+        return SEQ_LENS
+    step = max(1, (window - 1) // 3)
+    return (step, 2 * step, 3 * step) if 3 * step < window and step > 0 else SEQ_LENS
 
 
 def _first_attr(config: Any, *names: str, default: Any = None) -> Any:
@@ -643,10 +668,12 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
                           f"{max_layers:,}")
     params = dict(fields["params"])
     params["layers"] = tuple(LayerParams(**lp) for lp in params["layers"])
-    spec_fields = {k: v for k, v in fields.items() if k not in ("params", "supports_sdpa", "activations")}
+    spec_fields = {k: v for k, v in fields.items()
+                   if k not in ("params", "supports_sdpa", "activations", "probe_window")}
     return ModelSpec(name=name, **spec_fields, params=ParamCounts(**params), source=source, hf_config=dict(cfg),
                      derived=DerivedLayers(config=_clean(cfg), model_type=model_type,
-                                           architecture=fields["architecture"], supports_sdpa=fields["supports_sdpa"]))
+                                           architecture=fields["architecture"], supports_sdpa=fields["supports_sdpa"],
+                                           sliding_window=fields.get("probe_window")))
 
 
 def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_type: str, described: str,
@@ -690,6 +717,7 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
         rotary_dim=_rotary_dim(config, head_dim) if position == "rope" else None,
         params={**dataclasses.asdict(counts), "layers": [dataclasses.asdict(lp) for lp in counts.layers]},
         supports_sdpa=bool(getattr(getattr(transformers, architecture), "_supports_sdpa", False)),
+        probe_window=_window(config),
         activations=sorted(activations))
 
 
