@@ -21,6 +21,8 @@ recompute_layers   all (full)      with full: checkpoint only the first N decode
 attn               sdpa            sdpa | flash | eager
 backward_prefetch  pre             step time only, fsdp2 zero 3: pre (FSDP2; FSDP1 BACKWARD_PRE, Accelerate's default) |
                                    post (FSDP1 BACKWARD_POST, Composer's default: backward all-gathers exposed)
+fsdp_version       2               fsdp2 engine: 2 (fully_shard) | 1 (FullyShardedDataParallel: flat parameters; Accelerate's
+                                   default, HF Trainer fsdp=, Lightning FSDPStrategy, fsdp_qlora; memory/engines/fsdp1.py)
 attn_kernel        engine default  step time only: the fused attention kernel, fa2 (torch SDPA, flash-attn 2) |
                                    fa3 (FlashAttention-3 / cuDNN, Hopper+) | triton (flash-attn's Triton port)
 loop               trainer         trainer: the model output is dropped before backward (HF Trainer, TRL,
@@ -172,6 +174,12 @@ class TrainingSetup(BaseModel):
     unit's gradient computation, overlapping it (FSDP2's implicit prefetch; FSDP1 ``BACKWARD_PRE``, Accelerate's and
     HF Trainer's default); ``post``: after it (FSDP1 ``BACKWARD_POST``, Composer's default), so each backward
     all-gather is exposed. Memory is estimated as for ``pre`` (which holds the next unit too: an upper bound)."""
+    fsdp_version: Literal[1, 2] = 2
+    """fsdp2 engine: which FSDP. 2: ``fully_shard`` (torchtitan, torchtune, Accelerate ``fsdp_version: 2``); 1:
+    ``torch.distributed.fsdp.FullyShardedDataParallel`` — one padded ``FlatParameter`` per wrapped unit kept in the
+    model's load dtype, ``use_orig_params=False``, ``limit_all_gathers=True`` (Accelerate's default ``fsdp_version: 1``,
+    HF Trainer ``fsdp=``, Lightning ``FSDPStrategy``, fsdp_qlora, PEFT's FSDP examples; trainmem/memory/engines/fsdp1.py).
+    ``zero`` 3 = FULL_SHARD, 2 = SHARD_GRAD_OP; ``backward_prefetch`` pre/post = BACKWARD_PRE/BACKWARD_POST."""
     attn_kernel: Literal["fa2", "fa3", "triton"] | None = None
     """Step time only: the fused attention kernel the run uses (default: Transformer Engine's cuDNN/FA3 kernels
     under Megatron on Hopper and Blackwell, FlashAttention-2 — torch SDPA's flash backend, HF
@@ -319,6 +327,8 @@ class TrainingSetup(BaseModel):
         if self.backward_prefetch == "post" and not (e == "fsdp2" and self.zero == 3):
             raise ValueError("--backward-prefetch post is FSDP's BACKWARD_POST: it needs --engine fsdp2 with zero 3 "
                              "(a backward all-gather to delay)")
+        if self.fsdp_version == 1:
+            self._check_fsdp1()
         if self.attn_kernel is not None and (self.attn == "eager" or p == "fp32"):
             raise ValueError(f"--attn-kernel {self.attn_kernel} is a fused 16-bit attention kernel; "
                              f"not with --attn eager or fp32")
@@ -395,6 +405,15 @@ class TrainingSetup(BaseModel):
             raise ValueError("--qlora computes in 16 bits; use amp-bf16 or bf16")
         if not self.lora_targets:
             raise ValueError("lora_targets is empty")
+
+    def _check_fsdp1(self) -> None:
+        """FSDP1 is modelled as plain data-parallel sharding of one model replica per rank."""
+        if self.engine != "fsdp2":
+            raise ValueError("--fsdp-version 1 selects FSDP1 under --engine fsdp2")
+        if self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1:
+            raise ValueError("--fsdp-version 1 is modelled without tp/pp/cp/ep (FSDP1 over data parallel ranks only)")
+        if self.precision == "fp8":
+            raise ValueError("--fsdp-version 1 with fp8 is not modelled (fp8 is torchao float8 under FSDP2)")
 
     def _check_adapters_and_offload(self) -> None:
         """``adapter_dtype`` needs LoRA and a base of that dtype (default fp32 with LoRA); activation offloading

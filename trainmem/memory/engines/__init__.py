@@ -21,6 +21,9 @@ def engine_for(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[st
     """The engine unit of a setup (fsdp2 without ``fully_shard`` — TP alone — runs as plain PyTorch)."""
     if s.engine == "torch" or (s.engine == "fsdp2" and not s.fsdp_applied):
         return TorchEngine(spec, s, rp, notes)
+    if s.engine == "fsdp2" and s.fsdp_version == 1:
+        from trainmem.memory.engines.fsdp1 import FSDP1Engine
+        return FSDP1Engine(spec, s, rp, notes)
     if s.engine == "fsdp2":
         return FSDP2Engine(spec, s, rp, notes)
     if s.engine == "deepspeed":
