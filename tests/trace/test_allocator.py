@@ -52,7 +52,7 @@ def test_12mib_request_gets_its_own_12mib_segment():
     assert (a.reserved_bytes, a.allocated_bytes) == (12 * MiB, 12 * MiB)
     a.malloc(12 * MiB + 1)  # rounds to 12 MiB + 512 B, segment 14 MiB; the rest 2 MiB - 512 B > 1 MiB is split
     assert a.reserved_bytes == 26 * MiB and a.allocated_bytes == 24 * MiB + 512
-    assert a.large.keys == [(2 * MiB - 512, 12 * MiB + 12 * MiB + 512)]
+    assert a.large.keys == [(0, 2 * MiB - 512, 12 * MiB + 12 * MiB + 512)]  # (stream, size, address)
 
 
 def test_unsplit_rest_counts_as_allocated():
@@ -69,7 +69,7 @@ def test_free_merges_neighbours_for_reuse():
     x, y = a.malloc(5 * MiB), a.malloc(5 * MiB)
     a.free(x)
     a.free(y)                            # [x][y][10 MiB rest] merge into one free 20 MiB block
-    assert a.large.keys == [(20 * MiB, 0)]
+    assert a.large.keys == [(0, 20 * MiB, 0)]
     a.malloc(15 * MiB)                   # fits: no new segment
     assert (a.reserved_bytes, a.n_segments()) == (20 * MiB, 1)
 
@@ -160,7 +160,7 @@ def test_events_from_lives_orders_births_and_deaths():
 
     lives = [L(1024, 1, 4), L(2048, 2, None), L(0, 3, 3), L(512, 5, 6)]
     ev, start = events_from_lives(lives, start_event=4)
-    assert ev == [(True, 0, 1024), (True, 1, 2048), (False, 0, 1024), (True, 3, 512), (False, 3, 512)]
+    assert ev == [(True, 0, 1024, 0), (True, 1, 2048, 0), (False, 0, 1024, 0), (True, 3, 512, 0), (False, 3, 512, 0)]
     assert start == 3
 
 
@@ -236,3 +236,77 @@ def test_estimator_reserve_model_by_hand():
     # the pre-Hopper 8.125 MiB workspace is < 10 MiB: it gets a 20 MiB segment; 1 B over rounds up to 2 MiB
     ws = 8 * MiB + 128 * KiB
     assert reserved_bytes(1000 * MiB + ws + 1, 1000 * MiB + ws, ws) == 1012 * MiB + 20 * MiB
+
+
+# -- streams (CUDACachingAllocator.cpp: Block::stream, BlockComparatorSize orders by stream first,
+#    get_free_block's search key carries the request's stream; expandable segments: one per stream) ------
+
+def test_a_free_block_serves_only_its_own_stream():
+    a = CachingAllocator()
+    a.free(a.malloc(5 * MiB, stream=0))     # stream 0 caches a free 20 MiB segment
+    h1 = a.malloc(5 * MiB, stream=1)        # stream 1 may not take it: its own 20 MiB segment
+    assert a.reserved_bytes == 40 * MiB and a.n_device_allocs == 2
+    a.malloc(5 * MiB, stream=0)             # stream 0 reuses its cached segment
+    assert a.reserved_bytes == 40 * MiB and a.n_device_allocs == 2
+    a.free(h1)
+    a.malloc(15 * MiB, stream=1)            # best fit within stream 1: its merged 20 MiB block
+    assert a.reserved_bytes == 40 * MiB
+    a.malloc(15 * MiB, stream=0)            # stream 0 has only its 15 MiB rest: exactly fits
+    assert a.reserved_bytes == 40 * MiB
+    a.malloc(1 * KiB, stream=2)             # small pool: a 2 MiB segment for stream 2
+    assert a.reserved_bytes == 42 * MiB
+
+
+def test_best_fit_is_searched_within_the_stream():
+    a = CachingAllocator()
+    big0 = a.malloc(40 * MiB, stream=0)
+    small1 = a.malloc(12 * MiB, stream=1)
+    a.free(big0)
+    a.free(small1)
+    # one stream would hand the 12 MiB block of stream 1 to a 12 MiB request; stream 0 splits its 40 MiB
+    h = a.malloc(12 * MiB, stream=0)
+    assert a.live[h].stream == 0 and a.live[h].size == 12 * MiB and a.reserved_bytes == 52 * MiB
+    assert sorted((k[0], k[1]) for k in a.large.keys) == [(0, 28 * MiB), (1, 12 * MiB)]
+
+
+def test_expandable_segments_are_one_per_stream():
+    a = CachingAllocator(EXP)
+    a.free(a.malloc(5 * MiB, stream=0))     # stream 0 maps one 20 MiB page
+    a.malloc(5 * MiB, stream=1)             # stream 1 gets its own segment and page
+    assert a.reserved_bytes == 40 * MiB
+    a.malloc(30 * MiB, stream=0)            # stream 0 grows its segment: 20 free + one more page
+    assert a.reserved_bytes == 60 * MiB
+    assert {b.stream for p in (a.small, a.large) for b in p.unmapped.values()} == {0, 1}
+
+
+def test_simulate_reads_the_stream_of_each_alloc():
+    ev = [(True, 0, 5 * MiB, 0), (False, 0, 5 * MiB, 0), (True, 1, 5 * MiB, 1), (True, 2, 5 * MiB)]
+    assert simulate(ev).peak_reserved_bytes == 40 * MiB
+    assert simulate([e[:3] for e in ev]).peak_reserved_bytes == 20 * MiB  # one stream: reused
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), _SIZES, st.integers(0, 10**6), st.integers(0, 2)),
+                    min_size=1, max_size=60),
+       expandable=st.booleans())
+def test_streams_partition_the_cache(ops, expandable):
+    """Streams share nothing: without a capacity (reserved never shrinks) the interleaved replay
+    reserves exactly the sum of each stream's replay alone, and every block keeps its stream."""
+    cfg = AllocatorConfig(expandable_segments=expandable)
+    a = CachingAllocator(cfg)
+    live: dict[int, tuple[int, int]] = {}
+    events: list = []
+    for key, (do_alloc, nbytes, pick, stream) in enumerate(ops):
+        if do_alloc or not live:
+            h = a.malloc(nbytes, stream)
+            assert a.live[h].stream == stream
+            live[h] = (key, stream)
+            events.append((True, key, nbytes, stream))
+        else:
+            h = sorted(live)[pick % len(live)]
+            k, s = live.pop(h)
+            a.free(h)
+            events.append((False, k, 0, s))
+        assert all(b.stream == (b.prev or b).stream for p in (a.small, a.large) for b in p.by_addr.values())
+    alone = sum(simulate([e[:3] for e in events if e[3] == s], cfg).peak_reserved_bytes for s in range(3))
+    assert a.peak_reserved_bytes == a.reserved_bytes == alone == simulate(events, cfg).peak_reserved_bytes

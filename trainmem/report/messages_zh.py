@@ -544,9 +544,9 @@ PATTERNS: list[tuple[str, str]] = [
      "上下文并行 CP {cp}（同 torchtitan：FSDP2 在 dp_shard × cp 上切分，ids、labels 和 positions 按首尾配对切分）；"
      "q/k/v 的 DTensor 包装不执行（只是别名，不占显存）"),
     ("static memory changed over the step: {a:d} -> {b:d} bytes", "常驻显存在这一步中发生了变化：{a} -> {b} 字节"),
-    ("reserved: the allocation stream replayed through the caching allocator's rules (one stream, no memory "
-     "pressure), from the {which} on",
-     "保留显存：把分配序列按 caching allocator 的规则回放得到（单个 stream，无显存压力），从{which!t}开始"),
+    ("reserved: the allocation stream replayed through the caching allocator's rules (a pool per stream, no "
+     "memory pressure), from the {which} on",
+     "保留显存：把分配序列按 caching allocator 的规则回放得到（每个 stream 各有缓存池，无显存压力），从{which!t}开始"),
     # ------------------------------------------------------------------ setup.py errors (the arithmetic kept)
     ("gpus({g:d}) is not divisible by tp({tp:d}) * pp({pp:d}) * cp({cp:d}) = {d:d}",
      "gpus({g}) 不能被 tp({tp}) * pp({pp}) * cp({cp}) = {d} 整除"),

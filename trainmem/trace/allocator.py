@@ -38,8 +38,21 @@ both with the 20 MiB default used here. The functions mirrored, one here per fun
   space fits the request, so reserved = mapped pages; ``get_free_block`` treats the free block before
   the unmapped tail as larger than it is (it can grow) and prefers another fitting block.
 
-Assumptions: one stream (no ``recordStream`` / cross-stream events: a freed block is reusable at once),
-no CUDA graphs or private pools, no garbage-collection threshold, no memory fraction. Without a
+Streams: every block belongs to the stream it was allocated on (``Block::stream``). ``get_free_block``
+searches the pool's set with a key of the request's stream, and ``BlockComparatorSize`` orders by
+stream first, then size, then address, so a free block of another stream never serves a request;
+segments are cudaMalloc'ed for one stream and merges stay inside a segment, hence inside a stream;
+expandable segments are one per pool *and stream* (``find_expandable_block`` skips segments of other
+streams). ``release_cached_blocks`` frees fully free segments of every stream. Here a stream is an
+``int`` (0 = the default/compute stream); the FSDP2 trace tags its collective buffers with the stream
+FSDP2 allocates them on (``trainmem.trace.fsdp.tag_collectives``). ``recordStream`` (a block used on
+another stream waits, after its free, for events recorded on those streams: ``insert_events`` /
+``process_events``) is not modelled: FSDP2 in torch 2.13 never calls it (its ``_fully_shard`` sources
+keep a Python reference to each cross-stream buffer — ``AllGatherState``, ``reduce_scatter_states``,
+``_all_reduce_state`` — until the consuming stream waited on its event, so the free the tracer sees is
+already the moment the block returns to its stream's pool), so a free is reusable at once.
+
+Assumptions: no CUDA graphs or private pools, no garbage-collection threshold, no memory fraction. Without a
 capacity the device is unlimited (nothing is ever released), which is what ``max_memory_reserved`` of
 a run that fits shows. All sizes are ``int`` bytes.
 """
@@ -143,24 +156,27 @@ class _Block:
     next: "_Block | None" = None
     allocated: bool = False
     mapped: bool = True
+    stream: int = 0
+    """The allocation stream (``Block::stream``); blocks of a segment share it."""
 
 
 @dataclass(slots=True)
 class _Pool:
-    """A ``BlockPool``: free mapped blocks ordered by (size, address); unmapped ones by address."""
+    """A ``BlockPool``: free mapped blocks ordered by (stream, size, address) as ``BlockComparatorSize``
+    orders them; unmapped ones by address."""
 
     is_small: bool
-    keys: list[tuple[int, int]] = field(default_factory=list)
+    keys: list[tuple[int, int, int]] = field(default_factory=list)
     by_addr: dict[int, _Block] = field(default_factory=dict)
     unmapped: dict[int, _Block] = field(default_factory=dict)
     page_bytes: int = 0
 
     def insert(self, b: _Block) -> None:
-        bisect.insort(self.keys, (b.size, b.addr))
+        bisect.insort(self.keys, (b.stream, b.size, b.addr))
         self.by_addr[b.addr] = b
 
     def remove(self, b: _Block) -> None:
-        i = bisect.bisect_left(self.keys, (b.size, b.addr))
+        i = bisect.bisect_left(self.keys, (b.stream, b.size, b.addr))
         del self.keys[i]
         del self.by_addr[b.addr]
 
@@ -212,16 +228,16 @@ class CachingAllocator:
             self.segments_at_peak = self.n_segments()
 
     # -- malloc / free ----------------------------------------------------------------------------
-    def malloc(self, nbytes: int) -> int:
-        """``malloc``: serve ``nbytes``; returns the block's address (the handle for ``free``)."""
+    def malloc(self, nbytes: int, stream: int = 0) -> int:
+        """``malloc``: serve ``nbytes`` on ``stream``; returns the block's address (the handle for ``free``)."""
         size = round_size(nbytes)
         pool = self.small if size <= K_SMALL_SIZE else self.large
-        block = self._get_free_block(pool, size)
+        block = self._get_free_block(pool, size, stream)
         if block is None:
-            block = self._alloc_block(pool, size)
+            block = self._alloc_block(pool, size, stream)
         if block is None and self.config.capacity_bytes is not None:
             self._release_cached_blocks()
-            block = self._alloc_block(pool, size)
+            block = self._alloc_block(pool, size, stream)
         if block is None:
             raise AllocatorOOM(f"cannot allocate {size} B: reserved {self.reserved_bytes} B of "
                                f"capacity {self.config.capacity_bytes} B, allocated {self.allocated_bytes} B")
@@ -247,14 +263,15 @@ class CachingAllocator:
         return block.seg in self._small_segs
 
     # -- block search and split ------------------------------------------------------------------
-    def _get_free_block(self, pool: _Pool, size: int) -> _Block | None:
-        """``get_free_block``: best fit in the size-ordered set, with the oversize rules."""
-        i = bisect.bisect_left(pool.keys, (size, -1))
-        if i == len(pool.keys):
+    def _get_free_block(self, pool: _Pool, size: int, stream: int = 0) -> _Block | None:
+        """``get_free_block``: best fit among ``stream``'s free blocks (``lower_bound`` of a search key
+        with the request's stream; a hit of another stream is no hit), with the oversize rules."""
+        i = bisect.bisect_left(pool.keys, (stream, size, -1))
+        if i == len(pool.keys) or pool.keys[i][0] != stream:
             return None
         if self.config.expandable_segments:
             i = self._prefer_non_growing(pool, i)
-        block = pool.by_addr[pool.keys[i][1]]
+        block = pool.by_addr[pool.keys[i][2]]
         mss = self.config.max_split_size_bytes
         if mss is not None:
             if size < mss <= block.size:
@@ -271,8 +288,8 @@ class CachingAllocator:
         def grow(b: _Block) -> int:
             return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
 
-        while i + 1 < len(pool.keys):
-            cur, nxt = pool.by_addr[pool.keys[i][1]], pool.by_addr[pool.keys[i + 1][1]]
+        while i + 1 < len(pool.keys) and pool.keys[i + 1][0] == pool.keys[i][0]:
+            cur, nxt = pool.by_addr[pool.keys[i][2]], pool.by_addr[pool.keys[i + 1][2]]
             if grow(nxt) >= grow(cur):
                 break
             i += 1
@@ -290,7 +307,7 @@ class CachingAllocator:
         """``alloc_found_block``: split off the rest as a new free block if ``should_split``."""
         if self._should_split(pool, block, size):
             rest = _Block(addr=block.addr + size, size=block.size - size, seg=block.seg,
-                          prev=block, next=block.next)
+                          prev=block, next=block.next, stream=block.stream)
             if block.next is not None:
                 block.next.prev = rest
             block.next = rest
@@ -330,10 +347,10 @@ class CachingAllocator:
             self._small_segs.add(seg)
         return seg
 
-    def _alloc_block(self, pool: _Pool, size: int) -> _Block | None:
-        """``alloc_block``: cudaMalloc a segment of ``get_allocation_size`` (or map pages)."""
+    def _alloc_block(self, pool: _Pool, size: int, stream: int = 0) -> _Block | None:
+        """``alloc_block``: cudaMalloc a segment of ``get_allocation_size`` for ``stream`` (or map pages)."""
         if self.config.expandable_segments:
-            return self._try_allocate_expandable_block(pool, size)
+            return self._try_allocate_expandable_block(pool, size, stream)
         nbytes = allocation_size(size)
         if not self._fits(nbytes):
             return None
@@ -343,7 +360,7 @@ class CachingAllocator:
         self.reserved_bytes += nbytes
         self.n_device_allocs += 1
         self._note_reserved()
-        return _Block(addr=addr, size=nbytes, seg=seg)
+        return _Block(addr=addr, size=nbytes, seg=seg, stream=stream)
 
     def _release_cached_blocks(self) -> None:
         """``release_cached_blocks``: cudaFree every fully free segment; unmap free expandable pages."""
@@ -358,9 +375,10 @@ class CachingAllocator:
                     self._unmap_block(pool, b)
 
     # -- expandable segments ----------------------------------------------------------------------
-    def _find_expandable_block(self, pool: _Pool, size: int) -> _Block:
-        """``find_expandable_block``: lowest-address unmapped range (with the free block before it)
-        that has ``size`` bytes of free + unmapped space; else a new segment's whole virtual range."""
+    def _find_expandable_block(self, pool: _Pool, size: int, stream: int = 0) -> _Block:
+        """``find_expandable_block``: lowest-address unmapped range of a ``stream`` segment (with the free
+        block before it) that has ``size`` bytes of free + unmapped space; else a new segment's whole
+        virtual range."""
         def room(b: _Block | None) -> int:
             n = 0
             while b is not None and not b.allocated and n < size:
@@ -369,6 +387,8 @@ class CachingAllocator:
 
         for addr in sorted(pool.unmapped):
             c = pool.unmapped[addr]
+            if c.stream != stream:
+                continue
             if c.prev is not None and not c.prev.allocated:
                 c = c.prev
             if room(c) >= size:
@@ -379,7 +399,7 @@ class CachingAllocator:
         addr = -(-self._next_addr // pool.page_bytes) * pool.page_bytes
         seg = self._new_segment(pool, va)
         self._next_addr = addr + va
-        block = _Block(addr=addr, size=va, seg=seg, mapped=False)
+        block = _Block(addr=addr, size=va, seg=seg, mapped=False, stream=stream)
         pool.unmapped[addr] = block
         return block
 
@@ -392,7 +412,7 @@ class CachingAllocator:
         block.mapped = True
         if nbytes < block.size:
             rest = _Block(addr=block.addr + nbytes, size=block.size - nbytes, seg=block.seg,
-                          prev=block, next=block.next, mapped=False)
+                          prev=block, next=block.next, mapped=False, stream=block.stream)
             if block.next is not None:
                 block.next.prev = rest
             block.next = rest
@@ -406,9 +426,9 @@ class CachingAllocator:
         self._note_reserved()
         return True
 
-    def _try_allocate_expandable_block(self, pool: _Pool, size: int) -> _Block | None:
+    def _try_allocate_expandable_block(self, pool: _Pool, size: int, stream: int = 0) -> _Block | None:
         """``try_allocate_expandable_block``: map pages until a free block of ``size`` exists."""
-        c = self._find_expandable_block(pool, size)
+        c = self._find_expandable_block(pool, size, stream)
         if not c.mapped and not self._map_block(pool, c, min(c.size, size)):
             return None
         while c.size < size:
@@ -433,7 +453,7 @@ class CachingAllocator:
         for addr, n, mapped in parts:
             if n == 0:
                 continue
-            b = _Block(addr=addr, size=n, seg=block.seg, prev=prev, next=None, mapped=mapped)
+            b = _Block(addr=addr, size=n, seg=block.seg, prev=prev, next=None, mapped=mapped, stream=block.stream)
             if prev is not None:
                 prev.next = b
             prev = b
@@ -459,8 +479,9 @@ class CachingAllocator:
             b = b.next
 
 
-Event = tuple[bool, int, int]
-"""(is_alloc, storage id, nbytes) in program order; a free names the id of an earlier alloc."""
+Event = tuple[bool, int, int] | tuple[bool, int, int, int]
+"""(is_alloc, storage id, nbytes[, stream]) in program order; a free names the id of an earlier alloc;
+the stream (default 0) matters for allocs only (a block is freed into the pool of its own stream)."""
 
 
 def simulate(events: Iterable[Event], config: AllocatorConfig | None = None,
@@ -469,18 +490,20 @@ def simulate(events: Iterable[Event], config: AllocatorConfig | None = None,
     (as ``torch.cuda.reset_peak_memory_stats()`` after a warm-up step). Zero-byte allocs are skipped."""
     alloc = CachingAllocator(config)
     handles: dict[int, int] = {}
-    for i, (is_alloc, key, nbytes) in enumerate(events):
+    for i, ev in enumerate(events):
         if i == reset_peaks_at:
             alloc.reset_peak_stats()
+        is_alloc, key, nbytes = ev[0], ev[1], ev[2]
         if is_alloc:
             if nbytes > 0:
-                handles[key] = alloc.malloc(nbytes)
+                handles[key] = alloc.malloc(nbytes, ev[3] if len(ev) > 3 else 0)
         elif key in handles:
             alloc.free(handles.pop(key))
     return alloc.stats()
 
 
-def events_from_lives(lives: Iterable, start_event: int = 0, origin_event: int = 0) -> tuple[list[Event], int]:
+def events_from_lives(lives: Iterable, start_event: int = 0, origin_event: int = 0,
+                      streams: bool = True) -> tuple[list[Event], int]:
     """The tracker's :class:`~trainmem.trace.tracker.StorageLife` records as an ordered event stream.
 
     Every birth and death has its own event index in the tracker, so sorting by it gives program
@@ -489,24 +512,28 @@ def events_from_lives(lives: Iterable, start_event: int = 0, origin_event: int =
     tracer's own model build, e.g. FSDP2 sharding a fully built model) is left out: a real run builds
     on the meta device or the CPU. Returns the events and the position of the first event after
     ``start_event`` (where the measured window starts). Lives with 0 bytes (host tensors the tracer
-    ``forget``s) are left out.
+    ``forget``s) are left out. Each event carries its life's ``stream`` (0 when ``streams`` is False:
+    everything on one stream, the replay before per-stream pools).
     """
-    timed: list[tuple[int, bool, int, int]] = []
+    timed: list[tuple[int, bool, int, int, int]] = []
     for i, lf in enumerate(lives):
         if lf.nbytes <= 0 or (lf.died is not None and lf.died <= origin_event):
             continue
-        timed.append((lf.born, True, i, lf.nbytes))
+        stream = getattr(lf, "stream", 0) if streams else 0
+        timed.append((lf.born, True, i, lf.nbytes, stream))
         if lf.died is not None:
-            timed.append((lf.died, False, i, lf.nbytes))
+            timed.append((lf.died, False, i, lf.nbytes, stream))
     timed.sort(key=lambda e: e[0])
     start = bisect.bisect_right([e[0] for e in timed], start_event)
-    return [(a, k, n) for _, a, k, n in timed], start
+    return [(a, k, n, st) for _, a, k, n, st in timed], start
 
 
-def simulate_lives(lives: Iterable, start_event: int, origin_event: int = 0) -> tuple[AllocatorStats, AllocatorStats]:
+def simulate_lives(lives: Iterable, start_event: int, origin_event: int = 0,
+                   streams: bool = True) -> tuple[AllocatorStats, AllocatorStats]:
     """Both allocator modes on a trace: (default segments, ``expandable_segments:True``), peaks over
     the window after ``start_event`` (the steady step), cache state carried over from the warm-up step
-    that begins at ``origin_event`` (see :func:`events_from_lives`)."""
-    events, start = events_from_lives(lives, start_event, origin_event)
+    that begins at ``origin_event`` (see :func:`events_from_lives`); per-stream pools unless ``streams``
+    is False."""
+    events, start = events_from_lives(lives, start_event, origin_event, streams)
     return (simulate(events, AllocatorConfig(), start),
             simulate(events, AllocatorConfig(expandable_segments=True), start))

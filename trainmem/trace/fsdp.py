@@ -85,14 +85,49 @@ def shard_model(model: nn.Module, mesh: Any, setup: "TrainingSetup") -> None:
     fully_shard(model, **kw)
 
 
+def _stream_switch(tracker: "StorageTracker") -> Any:
+    """A stand-in for ``torch.cpu.stream`` (FSDP2's ``device_handle.stream`` on the fake CPU world) that
+    also sets ``tracker.stream`` inside the block: 0 for the default stream, 1, 2, … for the other
+    streams in order of first use.
+
+    Which buffers land where (torch 2.13, ``_fully_shard/_fsdp_collectives.py``): ``foreach_all_gather``
+    casts the shards and allocates the flat all-gather output inside ``with
+    device_handle.stream(all_gather_copy_in_stream)`` (in forward and pre-backward prefetch;
+    ``FSDPCommContext.get_all_gather_streams`` hands the current stream otherwise); the copy-out into
+    the unsharded parameters runs on the default stream; ``foreach_reduce`` allocates the
+    reduce-scatter *input* on the current stream and the reduce-scatter output (which becomes the
+    sharded gradients, cast to the parameter dtype on the same stream) inside ``with
+    device_handle.stream(reduce_scatter_stream)``; HSDP's all-reduce stream allocates nothing new.
+    """
+    orig = torch.cpu.stream
+    known: list[Any] = [torch.cpu.current_stream()]
+
+    @contextlib.contextmanager
+    def stream(s: Any) -> Iterator[None]:
+        idx = next((i for i, k in enumerate(known) if k is s), None)
+        if idx is None:
+            known.append(s)
+            idx = len(known) - 1
+        prev, tracker.stream = tracker.stream, idx
+        try:
+            with orig(s):
+                yield
+        finally:
+            tracker.stream = prev
+
+    return orig, stream
+
+
 @contextlib.contextmanager
 def tag_collectives(tracker: "StorageTracker") -> Iterator[None]:
-    """Tag storages born inside FSDP2's all-gather and reduce-scatter as ``comm``."""
+    """Tag storages born inside FSDP2's all-gather and reduce-scatter as ``comm``, and each storage
+    with the stream FSDP2 allocates it on (:func:`_stream_switch`)."""
     try:
         from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
         originals = {name: getattr(pg, name) for name in ("foreach_all_gather", "foreach_reduce")}
     except (ImportError, AttributeError) as e:
         raise _internals_error(str(e)) from None
+    orig_stream, stream = _stream_switch(tracker)
 
     def wrap(fn: Any) -> Any:
         def inner(*args: Any, **kwargs: Any) -> Any:
@@ -105,9 +140,11 @@ def tag_collectives(tracker: "StorageTracker") -> Iterator[None]:
 
     for name, fn in originals.items():
         setattr(pg, name, wrap(fn))
+    torch.cpu.stream = stream
     try:
         yield
     finally:
+        torch.cpu.stream = orig_stream
         for name, fn in originals.items():
             setattr(pg, name, fn)
 

@@ -52,9 +52,13 @@ class TraceResult:
     n_trainable_params: int
     peak_reserved_bytes: int = 0
     """``max_memory_reserved()`` over the steady step: the allocation stream replayed through the
-    caching allocator's rules (``trainmem.trace.allocator``, default settings, one stream)."""
+    caching allocator's rules (``trainmem.trace.allocator``, default settings, a pool per stream:
+    FSDP2's all-gather copy-in and reduce-scatter streams apart from the compute stream)."""
     peak_reserved_expandable_bytes: int = 0
     """The same with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``."""
+    peak_reserved_one_stream_bytes: int = 0
+    """``peak_reserved_bytes`` replayed as if every allocation were on one stream (the replay before
+    per-stream pools; equal to it without FSDP2)."""
     allocator_peak_allocated_bytes: int = 0
     """``max_memory_allocated()`` as the allocator counts it: blocks handed out whole when the rest is
     too small to split (≤ 1 MiB in the large pool) count in full, so it can exceed ``peak_allocated_bytes``."""

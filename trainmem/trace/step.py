@@ -488,8 +488,8 @@ def _run_notes(spec: "ModelSpec", setup: "TrainingSetup", m: _Modes, *, emulate:
     if static_after != static:
         notes.append(f"static memory changed over the step: {static} -> {static_after} bytes")
     notes.append("host-side scalar tensors made during the step (< 1 KiB each) are counted as device memory")
-    notes.append("reserved: the allocation stream replayed through the caching allocator's rules (one stream, "
-                 "no memory pressure), from the " + ("steady step" if fsdp else "warm-up step") + " on")
+    notes.append("reserved: the allocation stream replayed through the caching allocator's rules (a pool per "
+                 "stream, no memory pressure), from the " + ("steady step" if fsdp else "warm-up step") + " on")
     return emulations, notes
 
 
@@ -512,6 +512,7 @@ def _stage_result(tracker: StorageTracker, model: nn.Module, params: list, opt: 
     breakdown, amp_bytes = breakdown_at(lives, roles, tracker.peak_event)
     cat_peaks = category_peaks(lives, roles, start, end)
     alloc_stats, alloc_exp = simulate_lives(lives, start, start if fsdp else origin)
+    one_stream = simulate_lives(lives, start, start, streams=False)[0] if fsdp else alloc_stats
     _debug_dump(lives, roles, tracker.peak_event, tracker.phase_peak_event)
     if sum(breakdown.values()) != tracker.peak:
         raise RuntimeError(f"trace accounting error: breakdown {sum(breakdown.values())} != peak {tracker.peak}")
@@ -528,6 +529,7 @@ def _stage_result(tracker: StorageTracker, model: nn.Module, params: list, opt: 
         phase_peak_bytes=dict(tracker.phase_peak),
         peak_reserved_bytes=alloc_stats.peak_reserved_bytes,
         peak_reserved_expandable_bytes=alloc_exp.peak_reserved_bytes,
+        peak_reserved_one_stream_bytes=one_stream.peak_reserved_bytes,
         allocator_peak_allocated_bytes=alloc_stats.peak_allocated_bytes,
         reserved_segments=alloc_stats.n_segments,
         fragmentation_at_peak=round(alloc_stats.fragmentation_at_peak, 4),

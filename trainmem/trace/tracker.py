@@ -61,6 +61,9 @@ class StorageLife:
     module: str
     tag: str | None = None
     """``amp_weight_copy``, ``comm`` or None."""
+    stream: int = 0
+    """Allocation stream: 0 = the default (compute) stream; FSDP2's collective streams are tagged by
+    ``trainmem.trace.fsdp.tag_collectives`` (the allocator replay keeps a pool per stream)."""
 
 
 def _is_mutable(func: Any, cache: dict) -> bool:
@@ -93,6 +96,8 @@ class StorageTracker(TorchDispatchMode):
         """Overrides ``phase`` as the birth phase of new storages (recomputation in backward)."""
         self.tag: str | None = None
         """Tag given to storages born now (``comm`` inside FSDP collectives)."""
+        self.stream = 0
+        """Stream of storages born now (0: default; set inside FSDP2's ``with stream(...)`` blocks)."""
         self.recording = False
         self.timeline: list[tuple[str, int]] = []
         self.phase_peak_event: dict[str, int] = {}
@@ -221,7 +226,8 @@ class StorageTracker(TorchDispatchMode):
     def _birth(self, key: int, size: int) -> None:
         self.event += 1
         life = StorageLife(key=key, nbytes=size, born=self.event, died=None,
-                           phase=self.birth_phase or self.phase, module=self.current_module(), tag=self.tag)
+                           phase=self.birth_phase or self.phase, module=self.current_module(), tag=self.tag,
+                           stream=self.stream)
         self.lives.append(life)
         self._alive[key] = life
         self.allocated += size
