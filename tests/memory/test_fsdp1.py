@@ -166,3 +166,15 @@ def test_bad_fsdp_version_is_one_line_exit_2(args: list[str], capsys) -> None:
     out = capsys.readouterr()
     assert rc == 2 and out.out == ""
     assert len(out.err.strip().splitlines()) == 1 and "Traceback" not in out.err
+
+
+def test_offload_keeps_the_bitsandbytes_quant_state_on_the_gpu() -> None:
+    """QLoRA (bnb) + CPUOffload: only FlatParameters go to the host; each rank keeps the whole quant state
+    (fsdp_replicated_quant_state_bytes) on the GPU as its only static bytes, besides nothing else."""
+    from trainmem.memory.engines.fsdp2 import fsdp_replicated_quant_state_bytes
+
+    spec, s, eng, _ = _engine(gpus=2, precision="bf16", lora_rank=8, qlora=True, offload="optimizer+params")
+    rp = rank_params(spec, s, 0)
+    qs = fsdp_replicated_quant_state_bytes(s, rp.frozen_quantized)
+    assert qs > 0.015 * rp.frozen_quantized  # 1 B absmax per 64 weights + the nested fp32 scales
+    assert eng.st.params == qs and eng.st.states == 0

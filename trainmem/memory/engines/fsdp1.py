@@ -97,7 +97,10 @@ class FSDP1Engine(FSDP2Engine):
         states = optimizer_state_bytes(s, T_local, train_elem, spec)
         st = ModelStates(unsharded_elem=fsdp1_param_dtype_bytes(s), grad_elem=train_elem)
         if s.offload == "optimizer+params":
-            st.host = shard_param + T_local * train_elem + states
+            # CPUOffload moves FlatParameters only; bitsandbytes' quant state (absmax) is module state that the
+            # dequantize kernel reads beside the gathered packed data on the GPU, so it stays there, whole
+            st.params = replicated
+            st.host = shard_param - replicated + T_local * train_elem + states
             notes.append("FSDP1 CPUOffload(offload_params=True): sharded parameters, _cpu_grad and the optimizer on "
                          "the host; each unit's sharded gradient (_saved_grad_shard) stays on the GPU until the end "
                          "of backward")
