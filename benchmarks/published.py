@@ -139,6 +139,8 @@ def summary(setup: dict) -> str:
     """A short, stable description of a setup for the table."""
     s = dict(setup)
     parts = [s.pop("engine", "torch")]
+    if s.pop("fsdp_version", 2) == 1:
+        parts[0] = "fsdp1"
     g = s.pop("gpus", 1)
     par = [f"{k}{s.pop(k)}" for k in ("tp", "pp", "cp", "ep") if s.get(k, 1) != 1]
     if g != 1 or par:
