@@ -51,10 +51,6 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
                                                      "post (FSDP1 BACKWARD_POST, Composer) [pre]"),
     ("fsdp_version", _I, "--fsdp-version", "fsdp2 engine: 2 (fully_shard) | 1 (FullyShardedDataParallel, flat "
                                            "parameters: Accelerate's default, HF Trainer, Lightning, fsdp_qlora) [2]"),
-    ("fsdp_version", _I, "--fsdp-version", "fsdp2 engine: 2 (fully_shard) | 1 (FullyShardedDataParallel, flat "
-                                           "parameters: Accelerate's default, HF Trainer, Lightning, fsdp_qlora) [2]"),
-    ("fsdp_version", _I, "--fsdp-version", "fsdp2 engine: 2 (fully_shard) | 1 (FullyShardedDataParallel, flat "
-                                           "parameters: Accelerate's default, HF Trainer, Lightning, fsdp_qlora) [2]"),
     ("attn_kernel", _S, "--attn-kernel", "step time: fa2 (SDPA / flash-attn 2) | fa3 (FlashAttention-3, Hopper+) | "
                                          "triton (flash-attn's Triton port, llm-foundry) [engine default]"),
     ("loop", _S, "--loop", "trainer (HF Trainer/TRL/torchtitan/Megatron: output dropped before backward) | "

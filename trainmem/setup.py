@@ -23,10 +23,6 @@ backward_prefetch  pre             step time only, fsdp2 zero 3: pre (FSDP2; FSD
                                    post (FSDP1 BACKWARD_POST, Composer's default: backward all-gathers exposed)
 fsdp_version       2               fsdp2 engine: 2 (fully_shard) | 1 (FullyShardedDataParallel: flat parameters; Accelerate's
                                    default, HF Trainer fsdp=, Lightning FSDPStrategy, fsdp_qlora; memory/engines/fsdp1.py)
-fsdp_version       2               fsdp2 engine: 2 (fully_shard) | 1 (FullyShardedDataParallel: flat parameters; Accelerate's
-                                   default, HF Trainer fsdp=, Lightning FSDPStrategy, fsdp_qlora; memory/engines/fsdp1.py)
-fsdp_version       2               fsdp2 engine: 2 (fully_shard) | 1 (FullyShardedDataParallel: flat parameters; Accelerate's
-                                   default, HF Trainer fsdp=, Lightning FSDPStrategy, fsdp_qlora; memory/engines/fsdp1.py)
 attn_kernel        engine default  step time only: the fused attention kernel, fa2 (torch SDPA, flash-attn 2) |
                                    fa3 (FlashAttention-3 / cuDNN, Hopper+) | triton (flash-attn's Triton port)
 loop               trainer         trainer: the model output is dropped before backward (HF Trainer, TRL,
@@ -184,18 +180,6 @@ class TrainingSetup(BaseModel):
     model's load dtype, ``use_orig_params=False``, ``limit_all_gathers=True`` (Accelerate's default ``fsdp_version: 1``,
     HF Trainer ``fsdp=``, Lightning ``FSDPStrategy``, fsdp_qlora, PEFT's FSDP examples; trainmem/memory/engines/fsdp1.py).
     ``zero`` 3 = FULL_SHARD, 2 = SHARD_GRAD_OP; ``backward_prefetch`` pre/post = BACKWARD_PRE/BACKWARD_POST."""
-    fsdp_version: Literal[1, 2] = 2
-    """fsdp2 engine: which FSDP. 2: ``fully_shard`` (torchtitan, torchtune, Accelerate ``fsdp_version: 2``); 1:
-    ``torch.distributed.fsdp.FullyShardedDataParallel`` — one padded ``FlatParameter`` per wrapped unit kept in the
-    model's load dtype, ``use_orig_params=False``, ``limit_all_gathers=True`` (Accelerate's default ``fsdp_version: 1``,
-    HF Trainer ``fsdp=``, Lightning ``FSDPStrategy``, fsdp_qlora, PEFT's FSDP examples; trainmem/memory/engines/fsdp1.py).
-    ``zero`` 3 = FULL_SHARD, 2 = SHARD_GRAD_OP; ``backward_prefetch`` pre/post = BACKWARD_PRE/BACKWARD_POST."""
-    fsdp_version: Literal[1, 2] = 2
-    """fsdp2 engine: which FSDP. 2: ``fully_shard`` (torchtitan, torchtune, Accelerate ``fsdp_version: 2``); 1:
-    ``torch.distributed.fsdp.FullyShardedDataParallel`` — one padded ``FlatParameter`` per wrapped unit kept in the
-    model's load dtype, ``use_orig_params=False``, ``limit_all_gathers=True`` (Accelerate's default ``fsdp_version: 1``,
-    HF Trainer ``fsdp=``, Lightning ``FSDPStrategy``, fsdp_qlora, PEFT's FSDP examples; trainmem/memory/engines/fsdp1.py).
-    ``zero`` 3 = FULL_SHARD, 2 = SHARD_GRAD_OP; ``backward_prefetch`` pre/post = BACKWARD_PRE/BACKWARD_POST."""
     attn_kernel: Literal["fa2", "fa3", "triton"] | None = None
     """Step time only: the fused attention kernel the run uses (default: Transformer Engine's cuDNN/FA3 kernels
     under Megatron on Hopper and Blackwell, FlashAttention-2 — torch SDPA's flash backend, HF
@@ -345,10 +329,6 @@ class TrainingSetup(BaseModel):
                              "(a backward all-gather to delay)")
         if self.fsdp_version == 1:
             self._check_fsdp1()
-        if self.fsdp_version == 1:
-            self._check_fsdp1()
-        if self.fsdp_version == 1:
-            self._check_fsdp1()
         if self.attn_kernel is not None and (self.attn == "eager" or p == "fp32"):
             raise ValueError(f"--attn-kernel {self.attn_kernel} is a fused 16-bit attention kernel; "
                              f"not with --attn eager or fp32")
@@ -425,24 +405,6 @@ class TrainingSetup(BaseModel):
             raise ValueError("--qlora computes in 16 bits; use amp-bf16 or bf16")
         if not self.lora_targets:
             raise ValueError("lora_targets is empty")
-
-    def _check_fsdp1(self) -> None:
-        """FSDP1 is modelled as plain data-parallel sharding of one model replica per rank."""
-        if self.engine != "fsdp2":
-            raise ValueError("--fsdp-version 1 selects FSDP1 under --engine fsdp2")
-        if self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1:
-            raise ValueError("--fsdp-version 1 is modelled without tp/pp/cp/ep (FSDP1 over data parallel ranks only)")
-        if self.precision == "fp8":
-            raise ValueError("--fsdp-version 1 with fp8 is not modelled (fp8 is torchao float8 under FSDP2)")
-
-    def _check_fsdp1(self) -> None:
-        """FSDP1 is modelled as plain data-parallel sharding of one model replica per rank."""
-        if self.engine != "fsdp2":
-            raise ValueError("--fsdp-version 1 selects FSDP1 under --engine fsdp2")
-        if self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1:
-            raise ValueError("--fsdp-version 1 is modelled without tp/pp/cp/ep (FSDP1 over data parallel ranks only)")
-        if self.precision == "fp8":
-            raise ValueError("--fsdp-version 1 with fp8 is not modelled (fp8 is torchao float8 under FSDP2)")
 
     def _check_fsdp1(self) -> None:
         """FSDP1 is modelled as plain data-parallel sharding of one model replica per rank."""

@@ -36,38 +36,6 @@ EXACT: dict[str, str] = {
         "--fsdp-version 1 只对不带 tp/pp/cp/ep 的情况建模（FSDP1 只在数据并行 rank 之间分片）",
     "--fsdp-version 1 with fp8 is not modelled (fp8 is torchao float8 under FSDP2)":
         "--fsdp-version 1 与 fp8 的组合未建模（fp8 指 FSDP2 下的 torchao float8）",
-    # FSDP1 (memory/engines/fsdp1.py, setup.py)
-    "FSDP1 MixedPrecision: each unit's local shard is copied to 16 bits (_mp_shard) for its all-gather into the "
-    "16-bit unsharded flat parameter": "FSDP1 MixedPrecision：每个单元的本地分片先复制成 16 位（_mp_shard），"
-        "再 all-gather 成 16 位的未分片 flat parameter",
-    "FSDP1 LoRA (use_orig_params=False): adapters wrapped as their own units (PEFT fsdp_auto_wrap_policy); frozen "
-    "units have no gradient": "FSDP1 LoRA（use_orig_params=False）：adapter 各自包装成单独的单元（PEFT "
-        "fsdp_auto_wrap_policy）；冻结的单元没有梯度",
-    "FSDP1 CPUOffload(offload_params=True): sharded parameters, _cpu_grad and the optimizer on the host; each unit's "
-    "sharded gradient (_saved_grad_shard) stays on the GPU until the end of backward":
-        "FSDP1 CPUOffload(offload_params=True)：分片参数、_cpu_grad 和优化器都在主机内存；每个单元的分片梯度"
-        "（_saved_grad_shard）在反向传播结束前一直留在 GPU 上",
-    "--fsdp-version 1 selects FSDP1 under --engine fsdp2": "--fsdp-version 1 表示在 --engine fsdp2 下使用 FSDP1",
-    "--fsdp-version 1 is modelled without tp/pp/cp/ep (FSDP1 over data parallel ranks only)":
-        "--fsdp-version 1 只对不带 tp/pp/cp/ep 的情况建模（FSDP1 只在数据并行 rank 之间分片）",
-    "--fsdp-version 1 with fp8 is not modelled (fp8 is torchao float8 under FSDP2)":
-        "--fsdp-version 1 与 fp8 的组合未建模（fp8 指 FSDP2 下的 torchao float8）",
-    # FSDP1 (memory/engines/fsdp1.py, setup.py)
-    "FSDP1 MixedPrecision: each unit's local shard is copied to 16 bits (_mp_shard) for its all-gather into the "
-    "16-bit unsharded flat parameter": "FSDP1 MixedPrecision：每个单元的本地分片先复制成 16 位（_mp_shard），"
-        "再 all-gather 成 16 位的未分片 flat parameter",
-    "FSDP1 LoRA (use_orig_params=False): adapters wrapped as their own units (PEFT fsdp_auto_wrap_policy); frozen "
-    "units have no gradient": "FSDP1 LoRA（use_orig_params=False）：adapter 各自包装成单独的单元（PEFT "
-        "fsdp_auto_wrap_policy）；冻结的单元没有梯度",
-    "FSDP1 CPUOffload(offload_params=True): sharded parameters, _cpu_grad and the optimizer on the host; each unit's "
-    "sharded gradient (_saved_grad_shard) stays on the GPU until the end of backward":
-        "FSDP1 CPUOffload(offload_params=True)：分片参数、_cpu_grad 和优化器都在主机内存；每个单元的分片梯度"
-        "（_saved_grad_shard）在反向传播结束前一直留在 GPU 上",
-    "--fsdp-version 1 selects FSDP1 under --engine fsdp2": "--fsdp-version 1 表示在 --engine fsdp2 下使用 FSDP1",
-    "--fsdp-version 1 is modelled without tp/pp/cp/ep (FSDP1 over data parallel ranks only)":
-        "--fsdp-version 1 只对不带 tp/pp/cp/ep 的情况建模（FSDP1 只在数据并行 rank 之间分片）",
-    "--fsdp-version 1 with fp8 is not modelled (fp8 is torchao float8 under FSDP2)":
-        "--fsdp-version 1 与 fp8 的组合未建模（fp8 指 FSDP2 下的 torchao float8）",
     # --compile (memory/compile.py)
     "cannot trace --compile with --device cuda (the compiled layer is traced on fake tensors: drop --device); use "
     "`trainmem estimate`": "无法在 --device cuda 下追踪 --compile（编译后的层在 fake tensor 上追踪：去掉 --device）；"
@@ -475,14 +443,6 @@ EXACT: dict[str, str] = {
 }
 
 PATTERNS: list[tuple[str, str]] = [
-    # ------------------------------------------------------------------ FSDP1 (memory/engines/fsdp1.py)
-    ("FSDP1: one FlatParameter per unit, padded to a multiple of {n:d} ranks; shards kept in the load dtype, {b:d} B "
-     "per element", "FSDP1：每个单元一个 FlatParameter，补齐到 {n} 个 rank 的整数倍；分片保持加载时的 dtype，"
-     "每个元素 {b} B"),
-    # ------------------------------------------------------------------ FSDP1 (memory/engines/fsdp1.py)
-    ("FSDP1: one FlatParameter per unit, padded to a multiple of {n:d} ranks; shards kept in the load dtype, {b:d} B "
-     "per element", "FSDP1：每个单元一个 FlatParameter，补齐到 {n} 个 rank 的整数倍；分片保持加载时的 dtype，"
-     "每个元素 {b} B"),
     # ------------------------------------------------------------------ FSDP1 (memory/engines/fsdp1.py)
     ("FSDP1: one FlatParameter per unit, padded to a multiple of {n:d} ranks; shards kept in the load dtype, {b:d} B "
      "per element", "FSDP1：每个单元一个 FlatParameter，补齐到 {n} 个 rank 的整数倍；分片保持加载时的 dtype，"

@@ -24,12 +24,6 @@ def engine_for(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[st
     if s.engine == "fsdp2" and s.fsdp_version == 1:
         from trainmem.memory.engines.fsdp1 import FSDP1Engine
         return FSDP1Engine(spec, s, rp, notes)
-    if s.engine == "fsdp2" and s.fsdp_version == 1:
-        from trainmem.memory.engines.fsdp1 import FSDP1Engine
-        return FSDP1Engine(spec, s, rp, notes)
-    if s.engine == "fsdp2" and s.fsdp_version == 1:
-        from trainmem.memory.engines.fsdp1 import FSDP1Engine
-        return FSDP1Engine(spec, s, rp, notes)
     if s.engine == "fsdp2":
         return FSDP2Engine(spec, s, rp, notes)
     if s.engine == "deepspeed":
