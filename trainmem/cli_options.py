@@ -69,6 +69,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("vpp", _I, "--vpp", "virtual pipeline chunks per stage [1]"),
     ("stage_layers", _S, "--stage-layers", "decoder layers per pipeline stage, first to last, e.g. 15,16,16,15 "
                                            "[the even split, remainder to the first stages]"),
+    ("device_map", _S, "--device-map", "auto: HF from_pretrained(device_map='auto'), --engine torch: the layers "
+                                       "split over --gpus GPUs of one process, one busy at a time"),
     ("sp", _B, "--sp", "sequence parallelism (megatron; on by default for fsdp2 with --tp)"),
     ("no_sp", _B, "--no-sp", "fsdp2 with --tp: tensor parallelism without SequenceParallel"),
     ("async_tp", _B, "--async-tp", "fsdp2 with --tp, step time: torchtitan's async TP (TP collectives micro-pipelined "

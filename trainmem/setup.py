@@ -236,6 +236,9 @@ class TrainingSetup(BaseModel):
     stack: str | None = None
     """The framework whose shipped defaults filled the fields not given (``--stack``; :mod:`trainmem.frameworks`,
     applied by :func:`trainmem.api.build_spec`); a label here: the values are in the other fields."""
+    device_map: Literal["auto"] | None = None
+    """``auto``: HF ``from_pretrained(device_map="auto")`` — one process, the layers split over ``gpus`` GPUs by
+    accelerate's balanced map, one GPU busy at a time; HF Trainer adds no DDP (trainmem/memory/device_map.py)."""
     notes: tuple[str, ...] = Field((), exclude=True)
     """How defaults were chosen for the model (filled by :func:`trainmem.api.build`); listed in the assumptions."""
 
@@ -276,6 +279,8 @@ class TrainingSetup(BaseModel):
             if self.gpus % denom:
                 raise ValueError(f"gpus({self.gpus}) is not divisible by tp({self.tp}) * pp({self.pp}) * cp({self.cp}) = {denom}")
             object.__setattr__(self, "dp", self.gpus // denom)
+        if self.device_map is not None:
+            self._check_device_map()
         p = self.precision
         if p == "fp8" and e not in FP8_BASE:
             raise ValueError(f"fp8 is modelled for megatron (Transformer Engine) and fsdp2 (torchao float8), not the {e} engine")
@@ -289,7 +294,7 @@ class TrainingSetup(BaseModel):
             object.__setattr__(self, "fp8_backend", "te" if e == "megatron" else "torchao")
         if p not in RECIPES[e]:
             raise ValueError(f"{p} is not a recipe of the {e} engine; use {_RECIPE_HINT[e]}")
-        if self.dp * self.tp * self.pp * self.cp != self.gpus:
+        if self.dp * self.tp * self.pp * self.cp != (1 if self.device_map else self.gpus):
             raise ValueError(f"dp({self.dp}) * tp({self.tp}) * pp({self.pp}) * cp({self.cp}) != gpus({self.gpus})")
         if self.zero not in _ZERO[e]:
             raise ValueError(f"zero({self.zero}) is not available on the {e} engine; choose one of {list(_ZERO[e])}")
@@ -342,6 +347,18 @@ class TrainingSetup(BaseModel):
         e, p = self.engine, self.precision
         if self.offload != "none":
             if e == "torch":
+    def _check_device_map(self) -> None:
+        """``device_map="auto"``: one process (dp 1) over ``gpus`` GPUs, the plain torch loop only."""
+        if self.engine != "torch" or (self.tp, self.pp, self.cp, self.ep) != (1, 1, 1, 1) or self.dp not in (None, 1):
+            raise ValueError("--device-map auto is HF's naive model parallelism in one process: it needs --engine "
+                             "torch without dp/tp/pp/cp/ep (--gpus N is the GPUs the layers are split over)")
+        if self.gpus < 2:
+            raise ValueError("--device-map auto needs --gpus >= 2 (the GPUs the layers are split over)")
+        if self.offload_activations or self.optimizer_in_backward or self.qlora:
+            raise ValueError("--device-map auto with --offload-activations, --optimizer-in-backward or --qlora "
+                             "is not modelled")
+        object.__setattr__(self, "dp", 1)
+
                 raise ValueError("offload needs an engine that does it: deepspeed (zero >= 1), fsdp2 or megatron")
             if e == "deepspeed" and self.zero == 0:
                 raise ValueError("deepspeed offload needs zero >= 1 (ZeRO-Offload)")

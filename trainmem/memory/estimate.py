@@ -19,7 +19,7 @@ from trainmem.hardware import GPU, get_gpu
 from trainmem.memory.activations import is_amp
 from trainmem.memory.engines import ModelStates, engine_for
 from trainmem.memory.loss import loss_buffers
-from trainmem.memory.overhead import cuda_only_allocated_bytes, device_total_bytes, reserved_bytes
+from trainmem.memory.overhead import CUDA_CONTEXT_BYTES, cuda_only_allocated_bytes, device_total_bytes, reserved_bytes
 from trainmem.memory.plan import build_plan
 from trainmem.memory.states import RankParams, rank_params
 from trainmem.memory.timeline import CATEGORIES, Timeline
@@ -65,6 +65,9 @@ class MemoryEstimate:
     paged_optimizer_bytes: int = 0
     """Optimizer state in CUDA managed memory (bitsandbytes paged optimizers): outside the allocator's figures;
     counted in ``device_total_bytes`` as far as the GPU has room, never against ``fits``."""
+    device_map: dict = field(default_factory=dict)
+    """``--device-map auto``: the split and each GPU's figures (:func:`trainmem.memory.device_map.per_gpu_report`);
+    the estimate's own figures are the most loaded GPU's."""
 
     def to_dict(self) -> dict:
         return {
@@ -88,6 +91,7 @@ class MemoryEstimate:
             "activation_bytes_per_layer": self.activation_bytes_per_layer,
             "cuda_only_bytes": self.cuda_only_bytes,
             "paged_optimizer_bytes": self.paged_optimizer_bytes,
+            **({"device_map": dict(self.device_map)} if self.device_map else {}),
             "assumptions": list(self.assumptions),
             "setup": dict(self.setup),
         }
@@ -133,13 +137,19 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
         setup = setup.model_copy(update={"precision": FP8_BASE[setup.engine]})
         fp8_stage_bytes = tuple(fp8_weight_cache_bytes(spec, setup, stg) for stg in range(setup.pp))
         notes.append(_FP8_NOTE["te-fsdp2" if (setup.engine == "fsdp2" and setup.fp8_backend == "te") else setup.engine])
+    sim, split, per_gpu = setup, None, []
+    if setup.device_map:
+        from trainmem.memory.device_map import device_split, split_setup
+        split = device_split(spec, setup, gpu.memory_bytes - CUDA_CONTEXT_BYTES)
+        sim, stages = split_setup(setup, split), tuple(range(len(split.layers_per_gpu)))
     if stages is None:
         stages = candidate_stages(spec, setup)
     best = None
     for stg in stages:
         local_notes: list[str] = []
-        tl, rp, st, act = _simulate(spec, setup, stg, local_notes, fp8_stage_bytes[stg] if fp8_stage_bytes else 0,
+        tl, rp, st, act = _simulate(spec, sim, stg, local_notes, fp8_stage_bytes[stg] if fp8_stage_bytes else 0,
                                     fp8=asked.precision == "fp8")
+        per_gpu.append((tl.peak, tl.current))
         if best is None or tl.peak > best[0].peak:
             best = (tl, rp, st, act, stg, local_notes)
     assert best is not None
@@ -160,6 +170,11 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
     total += min(st.paged, max(0, gpu.memory_bytes - total))
     static = tl.current + cuda_only
     notes.extend(_base_assumptions(spec, setup))
+    dm: dict = {}
+    if split is not None:
+        from trainmem.memory.device_map import device_map_note, per_gpu_report
+        dm = per_gpu_report(split, per_gpu, cuda_only)
+        notes.append(device_map_note(split, stg))
     if setup.pp > 1:
         notes.append(f"pipeline: the most loaded stage is stage {stg} of {setup.pp} (1F1B keeps min(p - i, m) micro-batches in flight)")
     return MemoryEstimate(
@@ -171,7 +186,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
         timeline=list(tl.points), timeline_categories=list(tl.point_categories),
         timeline_phase_max=list(tl.phase_max), n_params=spec.n_params,
         n_trainable_params=_n_trainable(spec, setup), stage=stg, activation_bytes_per_layer=act,
-        cuda_only_bytes=cuda_only, assumptions=notes, setup=asked.model_dump(mode="json"))
+        cuda_only_bytes=cuda_only, assumptions=notes, setup=asked.model_dump(mode="json"), device_map=dm)
 
 
 _FP8_NOTE = {

@@ -33,7 +33,7 @@ class StepWalk:
         self.rc = [s.recomputes(j) for j in range(len(plan.layer_ids))]
         # Pipeline: stage i of p keeps min(p - i, m) micro-batches in flight (1F1B); interleaving with
         # v chunks adds (p - 1)/(p·v) on the first stage (Megatron's memory report).
-        self.in_flight = min(s.pp - stage, s.grad_accum) if s.pp > 1 else 1
+        self.in_flight = min(s.pp - stage, s.grad_accum) if (s.pp > 1 and not s.device_map) else 1
         self.vpp_factor = (s.pp - 1) / (s.pp * s.vpp) if (s.vpp > 1 and stage == 0) else 0.0
         self.offload = s.offload_activations  # (saved tensors to pinned host memory: memory/act_offload.py)
         self.offload_host = 0
@@ -44,7 +44,7 @@ class StepWalk:
         tl, eng = self.tl, self.eng
         eng.alloc_static()
         tl.mark("step start")
-        if self.s.pp == 1:
+        if self.s.pp == 1 or self.s.device_map:  # (device_map auto: naive model parallel, memory/device_map.py)
             self._micro_batches()
         else:
             # 1F1B: warm-up forwards fill the pipeline, then the stage holds `in_flight` micro-batches at
@@ -103,6 +103,10 @@ class StepWalk:
             tl.alloc(f"stageout{mb}", "activations", p.gstream)
         if self.last:
             self.loss_forward(mb)
+        elif self.first and self.s.device_map:
+            # the root AlignDevicesHook (io_same_device) sends the output, logits included, back to GPU 0:
+            # dropped with the output (trainer loop: before backward; script: after it)
+            (tl.spike if self.s.loop == "trainer" else tl.alloc)(f"logits{mb}", "activations", self.loss.logits_bytes)
         if self.offload and mb == 0:
             self.eng.st.host += self.offload_host
         # Checkpointed layers save no weights: their 16-bit copies were held only by autocast's
