@@ -210,6 +210,11 @@ class TrainingSetup(BaseModel):
     ops save (trainmem/memory/compile.py)."""
     lora_rank: int = Field(0, ge=0)
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """With LoRA: the adapters' dropout probability (PEFT ``LoraConfig.lora_dropout``, 0.0 by default; axolotl's
+    examples 0.05, fsdp_qlora and PEFT's FSDP example 0.1). Above 0 each adapter runs ``nn.Dropout`` on its input
+    (PEFT 0.21 ``tuners/lora/layer.py`` ``update_layer``: ``nn.Dropout(p)``, else ``nn.Identity``), which keeps its
+    bool mask and hands lora_A a new tensor to save (memory/activations.py ``lora_dropout_terms``)."""
     qlora: bool = False
     qlora_impl: Literal["bnb", "bnb-legacy", "torchao"] | None = None
     """With ``qlora``: whose NF4 weights. ``bnb`` (default; HF/PEFT, TRL, axolotl, LLaMA-Factory, fsdp_qlora):
@@ -436,6 +441,11 @@ class TrainingSetup(BaseModel):
         """``adapter_dtype`` needs LoRA and a base of that dtype (default fp32 with LoRA); activation offloading
         is modelled for one rank's plain loop and FSDP2 (pp 1)."""
         p = self.precision
+        if self.lora_dropout and not self.lora_rank:
+            raise ValueError(f"--lora-dropout {self.lora_dropout:g} needs LoRA (--lora-rank > 0)")
+        if self.lora_dropout and "lm_head" in self.lora_targets:
+            raise ValueError("--lora-dropout with an lm_head adapter is not modelled (the head adapter's dropout of "
+                             "the b·s·h input); use --lora-dropout 0 for the estimate of the rest")
         if self.adapter_dtype is not None and not self.lora_rank:
             raise ValueError(f"--adapter-dtype {self.adapter_dtype} needs LoRA (--lora-rank > 0)")
         if self.lora_rank and self.adapter_dtype is None:

@@ -18,11 +18,11 @@ CASES: dict[str, tuple[str, dict]] = {
     # axolotl v0.18.0 examples/llama-3/lora-1b.yml: bf16 auto → bf16 weights; adamw_8bit; flash_attention
     "axolotl_llama3_lora-1b.yml": ("llama-3.2-1b", dict(
         stack="axolotl", seq_len=2048, micro_batch=2, grad_accum=2, precision="bf16", optimizer="adamw-8bit",
-        attn="flash", recompute="full", lora_rank=16,
+        attn="flash", recompute="full", lora_rank=16, lora_dropout=0.05,
         lora_targets="gate_proj,down_proj,up_proj,q_proj,v_proj,k_proj,o_proj")),
     "axolotl_llama3_qlora-1b.yml": ("llama-3.2-1b", dict(
         stack="axolotl", seq_len=2048, micro_batch=2, grad_accum=4, precision="bf16", optimizer="adamw-8bit",
-        attn="flash", recompute="full", lora_rank=32, qlora=True,
+        attn="flash", recompute="full", lora_rank=32, qlora=True, lora_dropout=0.05,
         lora_targets="gate_proj,down_proj,up_proj,q_proj,v_proj,k_proj,o_proj")),
     # fsdp [full_shard, auto_wrap] + fsdp_offload_params; liger_fused_linear_cross_entropy; adamw_torch_fused
     "axolotl_fft-8b-liger-fsdp.yaml": ("llama-3.1-8b", dict(
@@ -44,15 +44,15 @@ CASES: dict[str, tuple[str, dict]] = {
         stack="llama-factory", engine="deepspeed", zero=3, precision="mixed-bf16", seq_len=2048, micro_batch=1,
         grad_accum=2, recompute="full", optimizer="adamw", lora_rank=8, lora_targets="all-linear")),
     # torchtune v0.6.1: output_proj → o_proj, apply_lora_to_mlp → gate/up/down; dtype bf16; CEWithChunkedOutputLoss
-    "torchtune_llama3_2_1B_lora_single_device.yaml": ("llama-3.2-1b", dict(
+    "torchtune_llama3_2_1B_lora_single_device.yaml": ("llama-3.2-1b", dict(lora_dropout=0.0, 
         stack="torchtune", engine="torch", lora_rank=64, lora_targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
         micro_batch=4, grad_accum=8, precision="bf16", recompute="none", optimizer="adamw", optimizer_impl="fused",
         loss="chunked")),
-    "torchtune_llama3_1_8B_lora.yaml": ("llama-3.1-8b", dict(  # lora_finetune_distributed: FSDP2, --nproc_per_node 2
+    "torchtune_llama3_1_8B_lora.yaml": ("llama-3.1-8b", dict(lora_dropout=0.0,   # lora_finetune_distributed: FSDP2, --nproc_per_node 2
         stack="torchtune", engine="fsdp2", zero=3, gpus=2, lora_rank=8,
         lora_targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", micro_batch=2, grad_accum=8,
         precision="bf16", recompute="none", optimizer="adamw", optimizer_impl="fused", loss="chunked")),
-    "torchtune_llama3_1_8B_qlora_single_device.yaml": ("llama-3.1-8b", dict(
+    "torchtune_llama3_1_8B_qlora_single_device.yaml": ("llama-3.1-8b", dict(lora_dropout=0.0, 
         stack="torchtune", engine="torch", lora_rank=8, qlora=True, qlora_impl="torchao",
         lora_targets="q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", micro_batch=2, grad_accum=8,
         precision="bf16", recompute="full", optimizer="adamw", optimizer_impl="fused", loss="chunked")),
@@ -62,10 +62,10 @@ CASES: dict[str, tuple[str, dict]] = {
     # litgpt v0.5.13: accumulation = global_batch_size / devices / micro_batch_size; bf16-true
     "litgpt_llama-3.1-8b_lora.yaml": ("llama-3.1-8b", dict(
         stack="litgpt", micro_batch=1, grad_accum=8, seq_len=512, precision="bf16", lora_rank=32,
-        lora_targets="q_proj,v_proj", recompute="none", optimizer="adamw")),
+        lora_targets="q_proj,v_proj", recompute="none", optimizer="adamw", lora_dropout=0.05)),
     "litgpt_llama-3-8b_qlora.yaml": ("llama-3-8b", dict(
         stack="litgpt", micro_batch=2, grad_accum=4, seq_len=512, precision="bf16", qlora=True, lora_rank=32,
-        lora_targets="q_proj,v_proj", recompute="none", optimizer="adamw")),
+        lora_targets="q_proj,v_proj", recompute="none", optimizer="adamw", lora_dropout=0.05)),
     "litgpt_llama-3-8b_full.yaml": ("llama-3-8b", dict(  # devices 4: FSDP with a checkpoint on every Block
         stack="litgpt", gpus=4, engine="fsdp2", zero=3, recompute="full", micro_batch=4, grad_accum=4, seq_len=512,
         precision="bf16", optimizer="adamw")),
@@ -75,7 +75,7 @@ CASES: dict[str, tuple[str, dict]] = {
         precision="bf16", optimizer="adamw", optimizer_impl="fused")),
     "trl_zephyr-7b-beta_sft_config_qlora.yaml": ("mistral-7b", dict(
         stack="hf-trainer", micro_batch=4, grad_accum=2, seq_len=2048, recompute="full", attn="flash",
-        precision="bf16", optimizer="adamw", optimizer_impl="fused", lora_rank=16, qlora=True,
+        precision="bf16", optimizer="adamw", optimizer_impl="fused", lora_rank=16, qlora=True, lora_dropout=0.05,
         lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")),
     # torchtitan 0.2.2 presets: mixed_precision_param bfloat16 (amp-bf16), implementation fused
     "torchtitan_llama3_8b.toml": ("llama-3.1-8b", dict(

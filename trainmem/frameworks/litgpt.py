@@ -67,6 +67,8 @@ STACK = Stack(
         Default(field="lora_targets", value=_targets, when=("lora",),
                 source=f"{_L} lora_query=True lora_key=False lora_value=True lora_projection=False lora_mlp=False "
                        "lora_head=False"),
+        Default(field="lora_dropout", value=0.05, when=("lora",),
+                source="litgpt 0.5.13 finetune/lora.py setup(lora_dropout=0.05)"),
         Default(field="compile", value=False, source=f"{_L} no torch.compile"),
     ),
     notes=(

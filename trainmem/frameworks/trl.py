@@ -30,6 +30,8 @@ STACK = Stack(
         Default(field="micro_batch", value=8, source=f"{_SC}.per_device_train_batch_size=8"),
         Default(field="grad_accum", value=1, source=f"{_SC}.gradient_accumulation_steps=1"),
         Default(field="compile", value=False, source=f"{_SC}.torch_compile=False"),
+        Default(field="lora_dropout", value=0.05, when=("lora",),
+                source="trl 1.16.0 trainer/model_config.py ModelConfig.lora_dropout=0.05 (get_peft_config)"),
         Default(field="offload_activations", value=False, source=f"{_SC}.activation_offloading=False"),
         Default(field="lora_targets", value=peft_default_targets, when=("lora",),
                 source=f"{PEFT_SOURCE} (LoraConfig target_modules=None)"),

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which valid
 __all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
            "head_saved", "embedding_saved", "torch_cp", "plain_mlp_act_saved_per_elem", "relu2_backward_extra_per_elem",
            "plain_mlp_act_forward_extra_per_elem",
-           "recomputed_checkpoint_input_bytes", "checkpoint_input_elem_bytes", "opt_post_ln", "opt_proj_adapter_bytes", "opt_embed_proj_dim", "opt_final_layer_norm", "fused_attention_backward_bytes", "model_wide_saved_bytes", "lora_shapes", "adapters_16bit", "lora_input_requires_grad", "lora_recompute_frame_bytes",
+           "recomputed_checkpoint_input_bytes", "checkpoint_input_elem_bytes", "opt_post_ln", "opt_proj_adapter_bytes", "opt_embed_proj_dim", "opt_final_layer_norm", "fused_attention_backward_bytes", "model_wide_saved_bytes", "lora_shapes", "adapters_16bit", "lora_dropout_terms", "lora_input_requires_grad", "lora_recompute_frame_bytes",
            "lora_forward_frame_bytes", "lora_head_frame_bytes", "eager_softmax_bytes",
            "sink_attention_backward_bytes", "sink_attention_forward_peak_bytes", "gpt_oss_forward_peak_bytes",
            "gpt_oss_recompute_frame_bytes"]
@@ -882,7 +882,9 @@ def _lora_terms(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, terms: li
     out = _lora_frozen(spec, setup, terms)
     if layer_idx == 0 and not lora_input_requires_grad(setup) and not opt_proj_adapter_bytes(spec, setup, "emb_out"):
         out = _lora_first_layer(spec, setup, adapted, out)
-    return out + _lora_adapter_terms(spec, setup, adapted)
+    first_no_grad = layer_idx == 0 and not lora_input_requires_grad(setup)
+    return out + _lora_adapter_terms(spec, setup, adapted) + lora_dropout_terms(spec, setup, adapted,
+                                                                                 input_grad=not first_no_grad)
 
 
 def opt_proj_adapter_bytes(spec: ModelSpec, setup: TrainingSetup, reads: str) -> int:
@@ -1053,6 +1055,48 @@ def _lora_adapter_terms(spec: ModelSpec, setup: TrainingSetup, adapted) -> list[
     slices = [lin for lin in adapted if lin.path.startswith("qkv.")]  # (litgpt's LoRAQKVLinear, lora_targets.py)
     if 0 < len(slices) < 3:  # its zero_pad's index_copy_ keeps its source, the Σ-widths lora_B output
         out.append(Term("lora_input", "lora", compute_bytes(setup) * sum(lin.fout for lin in slices) * T, False))
+    return out
+
+
+def lora_dropout_terms(spec: ModelSpec, setup: TrainingSetup, adapted, input_grad: bool = True) -> list[Term]:
+    """What ``lora_dropout`` > 0 adds to :func:`_lora_adapter_terms` (PEFT 0.21 ``Linear.forward``:
+    ``lora_B(lora_A(dropout(x)))``; ``nn.Dropout`` → ``native_dropout``, whose backward needs only its bool mask,
+    1 B per element; torch 2.13 ``derivatives.yaml`` ``native_dropout``). Per adapted linear reading ``fin``
+    features, per token:
+
+    - every adapter keeps its own mask (1·fin), except where its input needs no gradient (``input_grad`` False:
+      layer 0's attention input without ``enable_input_require_grads``), where autograd records no dropout;
+    - fp32 and 16-bit adapters on a same-dtype input (x not cast): lora_A now saves the dropout output, a new
+      tensor per adapter (e·fin), where without dropout it kept x itself, once per input shared by the adapters
+      reading it (and not at all for o_proj's input the attention kernel keeps): those adapters add e·fin each,
+      less the shared copy :func:`_lora_adapter_terms` counted;
+    - a cast input (fp32 adapters on a 16-bit base, autocast or not): lora_A saved a new tensor already (the fp32
+      copy, or autocast's 16-bit cast of it), which is now made from the dropout output: the same bytes.
+
+    Names follow :func:`_lora_adapter_terms`'s, so each is released with the adapter's input in backward."""
+    p = setup.lora_dropout
+    if not (setup.is_lora and p):
+        return []
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    same_dtype = setup.precision == "fp32" or adapters_16bit(setup)
+    e = 2 if adapters_16bit(setup) else 4
+    kernel_keeps_out = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup)
+    out: list[Term] = []
+    shared: set[str] = set()
+    for lin in adapted:
+        if lin.path.startswith("qkv.") and "qkv" in shared:
+            continue  # (litgpt's LoRAQKVLinear: one dropout of x for its slices)
+        if lin.path.startswith("qkv."):
+            shared.add("qkv")
+        name, comp = ("o_input", "attention") if lin.reads == "attn_out" else \
+            (("lora_down_input", "mlp") if lin.reads == "mlp_act" else ("lora_input", "lora"))
+        extra = lin.fin if (input_grad or lin.reads != "attn_in") else 0  # the bool mask
+        if same_dtype:
+            extra += e * lin.fin  # the adapter's own dropout output
+            if lin.reads not in shared and not (lin.reads == "attn_out" and kernel_keeps_out):
+                extra -= e * lin.fin  # (x itself was counted once for the adapters sharing it)
+            shared.add(lin.reads)
+        out.append(Term(name, comp, extra * T, False))
     return out
 
 

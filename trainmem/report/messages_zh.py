@@ -418,6 +418,10 @@ EXACT: dict[str, str] = {
     "invalid continuation byte": "非法的后续字节",
     "unexpected end of data": "数据意外结束",
     # ------------------------------------------------------------------ adapters (setup.py, memory/engines/base.py)
+    "--lora-dropout with an lm_head adapter is not modelled (the head adapter's dropout of the b·s·h input); use "
+    "--lora-dropout 0 for the estimate of the rest":
+        "带 lm_head adapter 的 --lora-dropout 尚未建模（head adapter 对 b·s·h 输入做的 dropout）；"
+        "请用 --lora-dropout 0 估算其余部分",
     "--adapter-dtype: deepspeed casts the whole model (adapters included) to 16 bits and keeps fp32 masters itself; "
     "the adapter dtype is a torch/fsdp2 choice":
         "--adapter-dtype：deepspeed 会把整个模型（包括 adapter）转换为 16 位，并自行保留 fp32 主权重；"
@@ -592,6 +596,7 @@ PATTERNS: list[tuple[str, str]] = [
     ("--qlora-impl {i:w} needs --qlora", "--qlora-impl {i} 需要 --qlora"),
     ("lora-targets {t:w}: litgpt's fused-qkv slices need a decoder with q/k/v heads, not {m:w}",
      "lora-targets {t}：litgpt 的融合 qkv 切片需要带 q/k/v 注意力头的 decoder，{m} 不是"),
+    ("--lora-dropout {p:d} needs LoRA (--lora-rank > 0)", "--lora-dropout {p} 需要 LoRA（--lora-rank > 0）"),
     ("lora-targets {t:w}: litgpt runs its adapters in the model's dtype; use --adapter-dtype bf16",
      "lora-targets {t}：litgpt 让 adapter 使用模型的 dtype；请用 --adapter-dtype bf16"),
     ("lora-targets {t:w} with {x:w}: the slices' projection would be adapted twice",

@@ -34,6 +34,7 @@ __all__ = ["LORA_ALPHA", "LORA_DROPOUT", "lora_base_dtype", "adapter_torch_dtype
 
 LORA_ALPHA = 16
 LORA_DROPOUT = 0.0
+"""LoraConfig's default; the tracer uses the setup's ``lora_dropout``."""
 _BASE_16 = {"bf16": torch.bfloat16, "amp-bf16": torch.bfloat16, "fp16": torch.float16, "amp-fp16": torch.float16}
 
 
@@ -57,7 +58,7 @@ def apply_lora(model: nn.Module, spec: "ModelSpec", setup: "TrainingSetup") -> n
     if setup.recompute == "full":
         model.enable_input_require_grads()
     target = peft_target_modules(spec, setup.lora_targets)
-    config = LoraConfig(r=setup.lora_rank, lora_alpha=LORA_ALPHA, lora_dropout=LORA_DROPOUT, bias="none",
+    config = LoraConfig(r=setup.lora_rank, lora_alpha=LORA_ALPHA, lora_dropout=setup.lora_dropout, bias="none",
                         target_modules=target)
     adapter_dtype = adapter_torch_dtype(setup)
     # PEFT moves each new adapter to the base layer's device and dtype (Module.to), then upcasts it to fp32

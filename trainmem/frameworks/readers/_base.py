@@ -194,6 +194,26 @@ class Reading:
             raise self.refuse(f"{key} must be true or false (got {v!r})")
         return v
 
+    def fraction(self, key: str) -> float | None:
+        """A probability in [0, 1) at ``key`` (None when absent; refused when it is something else)."""
+        v = self.get(key)
+        if v is None:
+            return None
+        if isinstance(v, str):
+            try:
+                v = float(v)
+            except ValueError:
+                pass
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            raise self.refuse(f"{key} must be a probability in [0, 1) (got {v!r})")
+        return float(v)
+
+    def lora_dropout(self, key: str) -> None:
+        """``lora_dropout`` from ``key`` when the file gives it (the framework's default otherwise: its stack's)."""
+        p = self.fraction(key)
+        if p is not None:
+            self.set("lora_dropout", p, key)
+
     def use(self, *keys: str) -> None:
         """Mark keys as read although they set nothing (their value changes nothing trainmem models)."""
         self._used.update(keys)

@@ -128,6 +128,7 @@ def _adapter(r: Reading) -> None:
     if not rank:
         raise r.refuse(f"adapter {adapter} without lora_r: give the LoRA rank")
     r.set("lora_rank", rank, "lora_r")
+    r.lora_dropout("lora_dropout")
     targets = r.get("lora_target_modules") or []
     targets = [targets] if isinstance(targets, str) else list(targets)
     if r.bool_("lora_target_linear"):

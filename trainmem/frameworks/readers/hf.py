@@ -217,6 +217,7 @@ def _peft(r: Reading, trl: bool) -> None:
         r.use("lora_r", "lora_target_modules", "lora_modules_to_save")
         return
     rank = r.int_("lora_r")
+    r.lora_dropout("lora_dropout")
     if rank:
         r.set("lora_rank", rank, "lora_r")
     else:

@@ -106,6 +106,7 @@ def _precision(r: Reading) -> None:
 
 def _lora(r: Reading) -> None:
     rank = r.int_("lora_r")
+    r.lora_dropout("lora_dropout")
     if rank:
         r.set("lora_rank", rank, "lora_r")
     else:

@@ -81,6 +81,7 @@ def read_llama_factory(r: Reading, base: Path) -> None:
 
 def _lora(r: Reading) -> None:
     rank = r.int_("lora_rank")
+    r.lora_dropout("lora_dropout")
     if rank:
         r.set("lora_rank", rank, "lora_rank")
     else:

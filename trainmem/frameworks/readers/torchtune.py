@@ -101,6 +101,7 @@ def _lora(r: Reading, kind: str) -> None:
     if not rank:
         raise r.refuse("model.lora_rank is missing (the LoRA builders require it)")
     r.set("lora_rank", rank, "model.lora_rank")
+    r.lora_dropout("model.lora_dropout")
     mods = r.get("model.lora_attn_modules") or []
     if not isinstance(mods, list) or not all(isinstance(m, str) for m in mods):
         raise r.refuse(f"model.lora_attn_modules must be a list of names (got {mods!r})")

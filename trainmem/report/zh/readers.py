@@ -165,6 +165,7 @@ PATTERNS: list[tuple[str, str]] = [
     ("not a {s:w} mapping of keys to values", "不是键值映射形式的 {s}"),
     ("cannot be read ({e})", "无法读取（{e}）"),
     ("{k:w} must be a positive integer (got {v})", "{k} 必须是正整数（当前为 {v}）"),
+    ("{k:w} must be a probability in [0, 1) (got {v})", "{k} 必须是 [0, 1) 之间的概率（当前为 {v}）"),
     ("{k:w} must be true or false (got {v})", "{k} 必须是 true 或 false（当前为 {v}）"),
     ("{k:w} must be true, false or auto (got {v})", "{k} 必须是 true、false 或 auto（当前为 {v}）"),
     ("{k:w} must be 0, 1, 2 or 3 (got {v})", "{k} 必须是 0、1、2 或 3（当前为 {v}）"),
