@@ -178,3 +178,33 @@ def test_offload_keeps_the_bitsandbytes_quant_state_on_the_gpu() -> None:
     qs = fsdp_replicated_quant_state_bytes(s, rp.frozen_quantized)
     assert qs > 0.015 * rp.frozen_quantized  # 1 B absmax per 64 weights + the nested fp32 scales
     assert eng.st.params == qs and eng.st.states == 0
+
+
+def test_plan_fix_fsdp_version_1_evaluates_fsdp1(capsys) -> None:
+    """``plan --fix fsdp_version=1``: only fsdp2 plans, each the FSDP1 estimate of its configuration (not FSDP2's)."""
+    import json
+
+    from trainmem.cli import main
+    from trainmem.setup import make_setup
+
+    rc = main(["plan", "llama-2-7b", "--cluster", "8xH100-SXM-80G", "--global-batch", "64", "--fix",
+               "fsdp_version=1,recompute=none", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    plans = json.loads(out.out)["plans"]
+    assert plans and {p["engine"] for p in plans} == {"fsdp2"}
+    p = plans[0]
+    spec, _ = build("llama-2-7b", seq_len=4096)
+    kw = dict(engine="fsdp2", gpus=8, zero=p["zero"], micro_batch=p["micro_batch"], grad_accum=p["grad_accum"],
+              seq_len=4096, gpu="H100-SXM-80G", precision=p.get("precision", "amp-bf16"))
+    e1 = estimate(spec, make_setup(fsdp_version=1, **kw))
+    e2 = estimate(spec, make_setup(**kw))
+    assert p["device_total_bytes"] == e1.device_total_bytes != e2.device_total_bytes
+
+
+def test_plan_fix_fsdp_version_3_is_one_line(capsys) -> None:
+    from trainmem.cli import main
+
+    rc = main(["plan", "llama-2-7b", "--cluster", "8xH100-SXM-80G", "--global-batch", "64", "--fix", "fsdp_version=3"])
+    out = capsys.readouterr()
+    assert rc == 2 and out.err.strip() == "error: --fix: fsdp_version takes 1 or 2, got '3'"

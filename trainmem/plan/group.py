@@ -97,7 +97,7 @@ def resolve_request(req: PlanRequest) -> PlanRequest:
             engines = tuple(e for e in engines if req.precision in RECIPES[e])
         if any(pins.get(k) for k in _MEGATRON_ONLY):
             engines = tuple(e for e in engines if e == "megatron")
-        if pins.get("async_tp"):
+        if pins.get("async_tp") or pins.get("fsdp_version") == 1:  # (FSDP1 runs as --engine fsdp2 --fsdp-version 1)
             engines = tuple(e for e in engines if e == "fsdp2")
         if not engines:
             runs = [e for e in ENGINES if req.precision in RECIPES[e]] if req.precision in RECIPE_NAMES else []

@@ -327,7 +327,7 @@ def savers(k: Knobs, fixed: Mapping[str, object], spec: ModelSpec | None = None)
 SETUP_PIN_KEYS = ("sp", "megatron_deepspeed", "stage_layers", "optimizer", "optimizer_impl", "attn", "attn_kernel",
                   "backward_prefetch", "loop", "loss", "loss_chunks", "async_tp", "no_loss_parallel", "grad_reduce_16bit",
                   "fp8_params", "fp8_backend", "lora_rank", "lora_targets", "qlora", "qlora_impl", "adapter_dtype",
-                  "offload_activations")
+                  "offload_activations", "fsdp_version")
 _REQUEST_KEYS = {"gpu": "--cluster", "gpus": "--cluster", "gpu_memory": "--cluster (a .toml with memory)",
                  "seq_len": "--seq-len", "precision": "--precision"}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -346,6 +346,10 @@ def _pin_value(key: str, value: str) -> object:
         if low not in _TRUE + _FALSE:
             raise ConfigError(f"--fix: {key} takes true or false, got {value!r}")
         return low in _TRUE
+    if key == "fsdp_version":  # (an int Literal: pydantic does not read it from a string)
+        if value.strip() not in ("1", "2"):
+            raise ConfigError(f"--fix: fsdp_version takes 1 or 2, got {value!r}")
+        return int(value)
     if key in ("stage_layers", "lora_targets"):  # (',' separates the pins: the list is '/'-separated)
         parts = tuple(p.strip() for p in value.split("/") if p.strip())
         if key == "stage_layers":

@@ -565,6 +565,7 @@ PATTERNS: list[tuple[str, str]] = [
     ("--precision {p:w}: {g:w} has no bfloat16; use {q:w} or --precision bf16 (fp16 recipes on it)",
      "--precision {p}：{g} 不支持 bfloat16；请用 {q} 或 --precision bf16（在它上面使用 fp16 配方）"),
     ("--fix: {k:w} takes true or false, got {v}", "--fix：{k} 只接受 true 或 false，得到 {v}"),
+    ("--fix: fsdp_version takes 1 or 2, got {v}", "--fix：fsdp_version 只接受 1 或 2，得到 {v}"),
     ("--fix: stage_layers {v}: layer counts separated by '/', e.g. 15/16/16/15",
      "--fix：stage_layers {v}：各阶段层数用 '/' 分隔，例如 15/16/16/15"),
     ("--fix: {k:w} {v} is not {hint}", "--fix：{k} {v} 不是{hint!t}"),
