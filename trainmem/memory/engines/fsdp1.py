@@ -24,7 +24,11 @@ torch/distributed/fsdp/:
   as ``_saved_grad_shard`` (accumulated across micro-batches without ``no_sync``);
 * LoRA: with ``use_orig_params=False`` a flat parameter cannot mix ``requires_grad`` (``_validate_tensors_to_flatten``
   raises), so PEFT's ``fsdp_auto_wrap_policy`` (and fsdp_qlora's lambda policy) wrap each adapter as its own unit:
-  the layer's frozen unit has no gradient, the adapters' units carry the gradients;
+  the layer's frozen unit has no gradient, the adapters' units carry the gradients. HF Trainer applies that policy
+  to every PEFT model itself (transformers 5.24 distributed/fsdp.py ``update_fsdp_plugin_peft``, called from
+  trainer.py), whatever ``use_orig_params`` says. (``use_orig_params=True`` with adapters inside the layer's unit
+  — a custom wrap policy — is not modelled: the views of a requires_grad flat parameter make autograd compute
+  the frozen weights' gradients too, as the FullyShardedDataParallel docstring warns);
 * ``CPUOffload(offload_params=True)``: sharded parameters pinned on the host (``init_flat_param_attributes``),
   copied to the GPU before each all-gather (``flat_param_to``; with mixed precision ``_local_shard.to(device)``
   into ``_mp_shard``); the sharded gradient is still made on the GPU as ``_saved_grad_shard`` and copied into the
