@@ -19,7 +19,8 @@ from trainmem.hardware import GPU, get_gpu
 from trainmem.memory.activations import is_amp
 from trainmem.memory.engines import ModelStates, engine_for
 from trainmem.memory.loss import loss_buffers
-from trainmem.memory.overhead import CUDA_CONTEXT_BYTES, cuda_only_allocated_bytes, device_total_bytes, reserved_bytes
+from trainmem.memory.overhead import (CUDA_CONTEXT_BYTES, cuda_only_allocated_bytes, device_total_bytes,
+                                      fsdp2_stream_pools_bytes, reserved_bytes)
 from trainmem.memory.plan import build_plan
 from trainmem.memory.states import RankParams, rank_params
 from trainmem.memory.timeline import CATEGORIES, Timeline
@@ -112,6 +113,11 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str],
     tl = Timeline(debug=bool(os.environ.get("TRAINMEM_ESTIMATE_DEBUG")))
     if fp8_cache:
         tl.alloc("fp8 weight cache", "parameters", fp8_cache)
+    if s.flex_attention:  # (one causal BlockMask per batch, shared by the layers: memory/flex_attention.py)
+        from trainmem.memory.flex_attention import flex_block_mask_tensor_bytes
+        counts, indices = flex_block_mask_tensor_bytes(s.seq_len)
+        tl.alloc("flex block mask counts", "activations", counts, count=4)
+        tl.alloc("flex block mask indices", "activations", indices, count=4)
     StepWalk(spec, s, stage, plan, engine, loss_buffers(spec, s), tl).run()
     tl.finish()
     return tl, rp, engine.st, plan.act_per_layer
@@ -162,7 +168,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
     breakdown = dict(tl.peak_breakdown) or {c: 0 for c in CATEGORIES}
     breakdown["other"] = breakdown.get("other", 0) + cuda_only
     peak = tl.peak + cuda_only
-    reserved = reserved_bytes(peak, tl.current + cuda_only, cuda_only)
+    pools = fsdp2_stream_pools_bytes(setup, rp.embedding + rp.lm_head, tl.category_peak, tl.peak_breakdown)
+    reserved = reserved_bytes(peak, tl.current + cuda_only, cuda_only, pools)
     total = device_total_bytes(reserved, setup)
     fits = total <= gpu.memory_bytes
     headroom = gpu.memory_bytes - total
@@ -294,6 +301,9 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
     if s.compile:
         from trainmem.memory.compile import compile_assumptions
         out.extend(compile_assumptions(s))
+    if s.flex_attention:
+        from trainmem.memory.flex_attention import FLEX_NOTE
+        out.append(FLEX_NOTE)
     if s.attn == "flash":
         out.append("attn flash: flash-attention-2 kernels keep q, k, v, output and logsumexp (no s² buffer), native GQA")
     if s.loss == "fused-ce":

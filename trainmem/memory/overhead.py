@@ -5,7 +5,8 @@ These figures are assumptions until checked on hardware (benchmarks/gpu_validate
   (aten/src/ATen/cuda/CublasHandlePool.cpp ``getChosenWorkspaceSize``) uses 32 MiB on Hopper (sm90+) and
   4096 KiB·2 + 16 KiB·8 = 8.125 MiB on older GPUs, per handle/stream; one stream is assumed.
 - Reserve: fitted to the caching allocator's own rules replayed on traced steps (``reserved_bytes``;
-  ``trainmem/trace/allocator.py``), not yet to GPU measurements.
+  ``trainmem/trace/allocator.py``), plus FSDP2's stream pools (``stream_pool_reserve_bytes``: derived from
+  torch 2.13's sources, no fitted constant; checked on the published dev-split points).
 - CUDA context: about 500 MiB (CUDA 12 with lazy module loading), outside the allocator.
 - NCCL: about 300 MiB of buffers per communicator with more than one rank (NCCL_BUFFSIZE 4 MiB × channels).
 """
@@ -16,8 +17,8 @@ from trainmem.hardware import GPU
 from trainmem.setup import TrainingSetup
 from trainmem.units import MiB
 
-__all__ = ["cuda_only_allocated_bytes", "reserved_bytes", "device_total_bytes",
-           "CUDA_CONTEXT_BYTES", "NCCL_PER_GROUP_BYTES"]
+__all__ = ["cuda_only_allocated_bytes", "reserved_bytes", "stream_pool_reserve_bytes", "fsdp2_stream_pools_bytes",
+           "device_total_bytes", "CUDA_CONTEXT_BYTES", "NCCL_PER_GROUP_BYTES"]
 
 CUDA_CONTEXT_BYTES = 500 * MiB
 NCCL_PER_GROUP_BYTES = 300 * MiB
@@ -39,12 +40,53 @@ RESERVE_CONSTANT_BYTES = 10 * MiB
 _ROUND_LARGE_BYTES = 2 * MiB  # kRoundLarge: reserved memory comes in 2 MiB multiples (segments, pages)
 
 
-def reserved_bytes(peak_allocated: int, static_bytes: int, workspace_bytes: int = 0) -> int:
+def stream_pool_reserve_bytes(sharded_grad_peak_bytes: int, sharded_grad_at_peak_bytes: int,
+                              root_allgather_bytes: int) -> int:
+    """Bytes FSDP2 (``fully_shard``, shard degree > 1) leaves cached in its collective streams' pools and
+    free at the compute stream's peak, where the compute stream cannot use them (rounded up to 2 MiB).
+
+    The caching allocator keeps free blocks per stream (``c10/cuda/CUDACachingAllocator.cpp``:
+    ``get_free_block`` only takes a block whose ``stream`` is the request's; ``BlockComparatorSize`` orders
+    by stream first). torch 2.13 ``distributed/fsdp/_fully_shard/_fsdp_collectives.py``:
+
+    * ``foreach_reduce`` allocates the reduce-scatter output under
+      ``device_handle.stream(reduce_scatter_stream)`` and the sharded gradients are views of it (cast to
+      the parameter dtype on the same stream): after ``zero_grad`` frees them their blocks stay in that
+      stream's pool, so the part of them not alive at the peak (``sharded_grad_peak_bytes −
+      sharded_grad_at_peak_bytes``; 0 when the peak is at the end of backward) is held apart;
+    * ``foreach_all_gather`` allocates each unit's flat all-gather output under
+      ``device_handle.stream(all_gather_copy_in_stream)``; the largest is usually the root unit's
+      (embedding, final norm, untied LM head: ``root_allgather_bytes`` in the parameter dtype), freed after
+      the first layer's copy-out and then cached on that stream (the layers' outputs reuse it there, and
+      are counted in the allocated peak while alive).
+
+    Checked, not fitted: per-stream replays of the traced FSDP2 cases (``benchmarks/reserved_streams.py``)
+    and the published dev points (torchtitan Llama-3.1-8B, 8 and 128 GPUs: −7.9 % → −1.0 %, −2.5 % → +0.8 %).
+    """
+    raw = max(0, sharded_grad_peak_bytes - sharded_grad_at_peak_bytes) + max(0, root_allgather_bytes)
+    return -(-raw // _ROUND_LARGE_BYTES) * _ROUND_LARGE_BYTES
+
+
+def fsdp2_stream_pools_bytes(setup: TrainingSetup, root_params: int, category_peak: dict[str, int],
+                             breakdown_at_peak: dict[str, int]) -> int:
+    """:func:`stream_pool_reserve_bytes` for a setup: 0 unless FSDP2's ``fully_shard`` shards over > 1 rank
+    (FSDP1 and a shard degree of 1 run no separate collective streams that allocate); the root unit's
+    all-gather output is ``root_params`` (rank-local embedding + LM head) in the parameter dtype."""
+    if setup.engine != "fsdp2" or setup.fsdp_version != 2 or setup.fsdp_shard_degree <= 1:
+        return 0
+    elem = 4 if setup.precision == "fp32" else 2
+    return stream_pool_reserve_bytes(category_peak.get("gradients", 0), breakdown_at_peak.get("gradients", 0),
+                                     elem * root_params)
+
+
+def reserved_bytes(peak_allocated: int, static_bytes: int, workspace_bytes: int = 0,
+                   stream_pool_bytes: int = 0) -> int:
     """Prediction of ``torch.cuda.max_memory_reserved()`` (bytes), default allocator settings.
 
     ``reserved = peak + (peak − static) / 8 + 10 MiB``, rounded up to 2 MiB, plus the cuBLAS workspace's
     own segment. All three inputs include ``workspace_bytes`` (the cuBLAS workspace, allocated once; its
-    segment is ``get_allocation_size`` of it: 32 MiB on Hopper, 20 MiB for the 8.125 MiB one).
+    segment is ``get_allocation_size`` of it: 32 MiB on Hopper, 20 MiB for the 8.125 MiB one). FSDP2's
+    collective-stream pools (:func:`stream_pool_reserve_bytes`) come on top as ``stream_pool_bytes``.
 
     Why this shape: static memory (parameters, gradients kept across steps, optimizer states) is
     allocated once and packs into segments with little waste; the step's dynamic memory (activations,
@@ -86,7 +128,7 @@ def reserved_bytes(peak_allocated: int, static_bytes: int, workspace_bytes: int 
         from trainmem.trace.allocator import allocation_size
 
         reserved += allocation_size(workspace_bytes)
-    return reserved
+    return reserved + stream_pool_bytes
 
 
 def device_total_bytes(reserved: int, setup: TrainingSetup) -> int:
