@@ -18,12 +18,7 @@ MAX_LINES_MEMORY = 80
 LONG_FUNCTIONS_LEFT: dict[str, str] = {}
 #: Import circles left, each with why (the test fails on any other, and on one of these once it is gone, so
 #: that the list only shrinks).
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"trainmem.memory.activations", "trainmem.memory.compile", "trainmem.memory.megatron_activations"}):
-        "activations.layer_saved (and recomputed_checkpoint_input_bytes) dispatch to compile's and Megatron-TE's "
-        "layer formulas, which build on activations' terms; the fix is a dispatcher above the three "
-        "(memory/layers.py) that every caller imports, left for the owners of these files, under edit",
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 
 def _modules() -> dict[str, Path]:

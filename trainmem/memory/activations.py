@@ -24,7 +24,7 @@ from trainmem.model.spec import ModelSpec, attention_layer_types
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
     from trainmem.setup import TrainingSetup
 
-__all__ = ["Term", "LayerSaved", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
+__all__ = ["Term", "LayerSaved", "LayerModel", "LAYER_MODELS", "layer_saved", "sdpa_math_fallback", "compute_bytes", "residual_bytes", "is_amp",
            "head_saved", "embedding_saved", "torch_cp", "plain_mlp_act_saved_per_elem", "relu2_backward_extra_per_elem",
            "plain_mlp_act_forward_extra_per_elem",
            "recomputed_checkpoint_input_bytes", "checkpoint_input_elem_bytes", "opt_post_ln", "opt_proj_adapter_bytes", "opt_embed_proj_dim", "opt_final_layer_norm", "fused_attention_backward_bytes", "model_wide_saved_bytes", "lora_shapes", "adapters_16bit", "lora_dropout_terms", "lora_input_requires_grad", "lora_recompute_frame_bytes",
@@ -209,6 +209,22 @@ def _derived_first(fn: Callable[..., LayerSaved]) -> Callable[..., LayerSaved]:
     return wrapper
 
 
+@dataclass(frozen=True, slots=True)
+class LayerModel:
+    """A layer formula that replaces the eager one where it applies: each function returns None elsewhere."""
+
+    layer_saved: Callable[[ModelSpec, TrainingSetup, int, bool], LayerSaved | None]
+    """(spec, setup, layer index, fp8) -> what the layer keeps, as :func:`layer_saved`."""
+    checkpoint_input_bytes: Callable[[ModelSpec, TrainingSetup], int | None]
+    """As :func:`recomputed_checkpoint_input_bytes` (recompute full)."""
+
+
+LAYER_MODELS: list[LayerModel] = []
+"""The layer formulas built on this module's terms that :func:`layer_saved` asks first:
+torch.compile's (memory/compile.py) and Megatron-Core's TE layers (memory/megatron_activations.py). They register
+themselves when imported (``trainmem.memory`` imports both), so this module imports neither (no import circle)."""
+
+
 @_derived_first
 def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: bool = False) -> LayerSaved:
     """Bytes one layer keeps for backward for one micro-batch on this rank, by term (no recompute).
@@ -218,13 +234,10 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
     linears save fp8 inputs. The megatron engine's layers are Megatron-Core + Transformer Engine's
     (:mod:`trainmem.memory.megatron_activations`) where that module describes the family.
     """
-    if setup.compile:  # torch.compile: what the min-cut partitioner saves (trainmem/memory/compile.py)
-        from trainmem.memory.compile import compiled_layer_saved
-        return compiled_layer_saved(spec, setup, layer_idx)
-    if setup.engine == "megatron":
-        from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
-        if megatron_te_layer(spec):
-            return megatron_layer_saved(spec, setup, layer_idx, fp8=fp8 or setup.precision == "fp8")
+    for model in LAYER_MODELS:  # torch.compile's partitioner, Megatron-Core's TE layers (see LAYER_MODELS)
+        got = model.layer_saved(spec, setup, layer_idx, fp8)
+        if got is not None:
+            return got
     T = setup.micro_batch * setup.seq_len // setup.cp
     s = setup.seq_len // setup.cp
     b = setup.micro_batch
@@ -1228,21 +1241,15 @@ def recomputed_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> 
     LoRA: :func:`_lora_frozen` drops it from the terms. Other families: 0."""
     if setup.recompute != "full":
         return 0
-    if setup.compile:  # (trainmem/memory/compile.py)
-        from trainmem.memory.compile import compiled_checkpoint_input_bytes
-        return compiled_checkpoint_input_bytes(spec, setup)
+    for model in LAYER_MODELS:  # (memory/compile.py; memory/megatron_activations.py: TE's ``inputmat``)
+        kept = model.checkpoint_input_bytes(spec, setup)
+        if kept is not None:
+            return kept
     if spec.derived is not None:  # measured (trainmem/model/derive.py)
         return spec.derived.input_kept(derived_mode(setup), derived_attn(setup), setup.seq_len).bytes_for(
             setup.micro_batch, setup.seq_len)
     mt, r = spec.model_type, residual_bytes(setup)
     held = r * spec.hidden_size * (setup.micro_batch * setup.seq_len // setup.cp) // (setup.tp if setup.sp else 1)
-    if setup.engine == "megatron":
-        from trainmem.memory.megatron_activations import megatron_te_layer
-        if megatron_te_layer(spec):
-            # TE LayerNormLinear keeps ``inputmat``, the layer's input; Megatron's CheckpointFunction recomputes
-            # from ``detach_variable`` of its saved inputs, which share their storage
-            # (megatron/core/tensor_parallel/random.py core_v0.19.0 ``CheckpointFunction.backward``)
-            return held
     if spec.norm == "rmsnorm" and r == 4 and (mt == "gpt_oss" or not setup.is_lora):
         # Llama/Qwen/Mistral/Phi-3/gpt_oss (``x.to(float32)``) and Gemma (``x.float()``) RMSNorms on an fp32 stream
         return held

@@ -45,11 +45,12 @@ from typing import TYPE_CHECKING
 
 from dataclasses import replace
 
-from trainmem.memory.activations import LayerSaved, Term, compute_bytes, is_amp, layer_saved, residual_bytes
-from trainmem.memory.loss import LossBuffers
+from trainmem.memory.activations import (LAYER_MODELS, LayerModel, LayerSaved, Term, compute_bytes, is_amp, layer_saved,
+                                         residual_bytes)
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
+    from trainmem.memory.loss import LossBuffers
     from trainmem.setup import TrainingSetup
 
 __all__ = ["COMPILE_FAMILIES", "compile_refusal", "compiled_layer_saved", "compiled_checkpoint_input_bytes",
@@ -160,3 +161,14 @@ def compile_assumptions(setup: TrainingSetup) -> list[str]:
         out.append("torch.compile with --recompute full: each checkpointed block is compiled with its checkpoint "
                    "(torchtitan apply_ac, then apply_compile): it keeps its input; its recompute is the compiled saved set")
     return out
+
+
+def _layer(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, fp8: bool) -> LayerSaved | None:
+    return compiled_layer_saved(spec, setup, layer_idx) if setup.compile else None
+
+
+def _checkpoint_input(spec: ModelSpec, setup: TrainingSetup) -> int | None:
+    return compiled_checkpoint_input_bytes(spec, setup) if setup.compile else None
+
+
+LAYER_MODELS.append(LayerModel(layer_saved=_layer, checkpoint_input_bytes=_checkpoint_input))

@@ -49,7 +49,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainmem.memory.activations import LayerSaved, Term, _moe_terms, compute_bytes, residual_bytes
+from trainmem.memory.activations import (LAYER_MODELS, LayerModel, LayerSaved, Term, _moe_terms, compute_bytes,
+                                         residual_bytes)
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
@@ -264,3 +265,22 @@ def _moe_megatron_terms(spec: ModelSpec, setup: TrainingSetup, add, *, fp8: bool
         fc1_copy = float(h) if fp8 else 0.0  # its fp8 copy of the shared normalised input
         add("shared_expert", "experts", fc1_copy + fused_activation_input_saved_bytes_per_token(si, spec.mlp_gated, c)
             + te_linear_input_saved_bytes_per_token(si, c, fp8) + gate)
+
+
+def _layer(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, fp8: bool) -> LayerSaved | None:
+    if setup.engine != "megatron" or not megatron_te_layer(spec):
+        return None
+    return megatron_layer_saved(spec, setup, layer_idx, fp8=fp8 or setup.precision == "fp8")
+
+
+def _checkpoint_input(spec: ModelSpec, setup: TrainingSetup) -> int | None:
+    """TE LayerNormLinear keeps ``inputmat``, the layer's input; Megatron's CheckpointFunction recomputes from
+    ``detach_variable`` of its saved inputs, which share their storage (megatron/core/tensor_parallel/random.py
+    core_v0.19.0 ``CheckpointFunction.backward``): the checkpointed input, not allocated twice."""
+    if setup.engine != "megatron" or not megatron_te_layer(spec):
+        return None
+    tokens = setup.micro_batch * setup.seq_len // setup.cp
+    return residual_bytes(setup) * spec.hidden_size * tokens // (setup.tp if setup.sp else 1)
+
+
+LAYER_MODELS.append(LayerModel(layer_saved=_layer, checkpoint_input_bytes=_checkpoint_input))
