@@ -208,3 +208,12 @@ def test_plan_fix_fsdp_version_3_is_one_line(capsys) -> None:
     rc = main(["plan", "llama-2-7b", "--cluster", "8xH100-SXM-80G", "--global-batch", "64", "--fix", "fsdp_version=3"])
     out = capsys.readouterr()
     assert rc == 2 and out.err.strip() == "error: --fix: fsdp_version takes 1 or 2, got '3'"
+
+
+def test_trace_refuses_fsdp1(capsys) -> None:
+    """The tracer runs FSDP2's ``fully_shard``: an FSDP1 setup is refused there, never traced as FSDP2."""
+    from trainmem.cli import main
+
+    rc = main(["trace", "tiny-llama", "--engine", "fsdp2", "--fsdp-version", "1", "--gpus", "2"])
+    out = capsys.readouterr()
+    assert rc == 2 and "--fsdp-version 1" in out.err and len(out.err.strip().splitlines()) == 1

@@ -393,6 +393,8 @@ EXACT: dict[str, str] = {
     "--recompute selective (not traced yet)": "--recompute selective（暂不支持追踪）",
     "fsdp2 with amp-fp16 (loss scaling of sharded gradients is not traced yet)":
         "fsdp2 配合 amp-fp16（分片梯度的 loss scaling 暂不支持追踪）",
+    "--fsdp-version 1 (the tracer runs FSDP2's fully_shard; FSDP1's flat parameters are estimated only)":
+        "--fsdp-version 1（追踪器运行的是 FSDP2 的 fully_shard；FSDP1 的 flat parameter 只做估算）",
     # ------------------------------------------------------------------ click (usage errors)
     "aborted": "已中止",
     "Missing argument 'model'.": "缺少参数 MODEL（模型名、config.json 路径或 7B 这样的规模）。",

@@ -75,6 +75,8 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
         raise _no("--recompute selective (not traced yet)")
     if s.recompute_layers is not None and s.pp > 1:
         raise _no("--recompute-layers with pp > 1 (traced on one stage: pp 1)")
+    if s.engine == "fsdp2" and s.fsdp_version == 1:
+        raise _no("--fsdp-version 1 (the tracer runs FSDP2's fully_shard; FSDP1's flat parameters are estimated only)")
     if s.engine == "fsdp2" and s.precision == "amp-fp16":
         raise _no("fsdp2 with amp-fp16 (loss scaling of sharded gradients is not traced yet)")
     if not spec.hf_config:
