@@ -46,7 +46,7 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("recompute", _S, "--recompute", "none|selective|full"),
     ("recompute_layers", _I, "--recompute-layers", "with --recompute full: checkpoint only the first N layers of each "
                                                    "pipeline stage (Megatron --recompute-method block) [all]"),
-    ("attn", _S, "--attn", "sdpa|flash|eager"),
+    ("attn", _S, "--attn", "sdpa|flash|eager|flex (FlexAttention, compiled: sdpa's saved tensors + a block mask)"),
     ("backward_prefetch", _S, "--backward-prefetch", "fsdp2 zero 3, step time: pre (FSDP2, FSDP1 BACKWARD_PRE) | "
                                                      "post (FSDP1 BACKWARD_POST, Composer) [pre]"),
     ("fsdp_version", _I, "--fsdp-version", "fsdp2 engine: 2 (fully_shard) | 1 (FullyShardedDataParallel, flat "

@@ -236,14 +236,18 @@ class TrainingSetup(BaseModel):
     ``max_fwd_stash_size`` 5; the LM head kept by a ``NoOpManager``), which TRL copies
     (trl/models/activation_offloading.py) and axolotl's ``activation_offloading: true`` uses
     (memory/act_offload.py)."""
+    flex_attention: bool = False
+    """``--attn flex``: FlexAttention (torchtitan ``attn_type = "flex"``, HF ``attn_implementation="flex_attention"``),
+    compiled: it saves what the fused SDPA kernels save, plus a causal block mask per batch (``attn`` is then
+    ``sdpa``; trainmem/memory/flex_attention.py)."""
+    device_map: Literal["auto"] | None = None
+    """``auto``: HF ``from_pretrained(device_map="auto")`` — one process, the layers split over ``gpus`` GPUs by
+    accelerate's balanced map, one GPU busy at a time; HF Trainer adds no DDP (trainmem/memory/device_map.py)."""
     gpu: str = "H100-SXM-80G"
     gpu_memory: int | None = Field(None, ge=1)
     stack: str | None = None
     """The framework whose shipped defaults filled the fields not given (``--stack``; :mod:`trainmem.frameworks`,
     applied by :func:`trainmem.api.build_spec`); a label here: the values are in the other fields."""
-    device_map: Literal["auto"] | None = None
-    """``auto``: HF ``from_pretrained(device_map="auto")`` — one process, the layers split over ``gpus`` GPUs by
-    accelerate's balanced map, one GPU busy at a time; HF Trainer adds no DDP (trainmem/memory/device_map.py)."""
     notes: tuple[str, ...] = Field((), exclude=True)
     """How defaults were chosen for the model (filled by :func:`trainmem.api.build`); listed in the assumptions."""
 
@@ -262,6 +266,14 @@ class TrainingSetup(BaseModel):
         from trainmem.frameworks import check_stack_name
         return check_stack_name(name)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flex_attn(cls, data: object) -> object:
+        """``attn="flex"`` is the fused SDPA kernels' saved tensors plus a block mask: ``attn`` sdpa, ``flex_attention``."""
+        if isinstance(data, dict) and data.get("attn") == "flex":
+            data = {**data, "attn": "sdpa", "flex_attention": True}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> "TrainingSetup":
         e = self.engine
@@ -279,13 +291,16 @@ class TrainingSetup(BaseModel):
             raise ValueError("--loss cce with tp > 1 is not modelled (Cut Cross-Entropy's vocab-parallel options)")
         if self.loss_chunks is not None and self.loss in ("hf", "fused-ce", "cce"):
             raise ValueError("--loss-chunks needs --loss chunked or fused-linear")
+        if self.device_map is not None:
+            self._check_device_map()
+        if self.flex_attention and (e == "megatron" or self.cp > 1):
+            raise ValueError("--attn flex with megatron or --cp > 1 is not modelled (FlexAttention's context "
+                             "parallelism all-gathers k/v: not the SDPA ring modelled for --cp)")
         if self.dp is None:
             denom = self.tp * self.pp * self.cp
             if self.gpus % denom:
                 raise ValueError(f"gpus({self.gpus}) is not divisible by tp({self.tp}) * pp({self.pp}) * cp({self.cp}) = {denom}")
             object.__setattr__(self, "dp", self.gpus // denom)
-        if self.device_map is not None:
-            self._check_device_map()
         p = self.precision
         if p == "fp8" and e not in FP8_BASE:
             raise ValueError(f"fp8 is modelled for megatron (Transformer Engine) and fsdp2 (torchao float8), not the {e} engine")
@@ -347,11 +362,6 @@ class TrainingSetup(BaseModel):
         self._check_adapters_and_offload()
         return self
 
-    def _check_offload_and_megatron(self) -> None:
-        """Offload per engine, and the megatron-only recipe flags."""
-        e, p = self.engine, self.precision
-        if self.offload != "none":
-            if e == "torch":
     def _check_device_map(self) -> None:
         """``device_map="auto"``: one process (dp 1) over ``gpus`` GPUs, the plain torch loop only."""
         if self.engine != "torch" or (self.tp, self.pp, self.cp, self.ep) != (1, 1, 1, 1) or self.dp not in (None, 1):
@@ -364,6 +374,11 @@ class TrainingSetup(BaseModel):
                              "is not modelled")
         object.__setattr__(self, "dp", 1)
 
+    def _check_offload_and_megatron(self) -> None:
+        """Offload per engine, and the megatron-only recipe flags."""
+        e, p = self.engine, self.precision
+        if self.offload != "none":
+            if e == "torch":
                 raise ValueError("offload needs an engine that does it: deepspeed (zero >= 1), fsdp2 or megatron")
             if e == "deepspeed" and self.zero == 0:
                 raise ValueError("deepspeed offload needs zero >= 1 (ZeRO-Offload)")

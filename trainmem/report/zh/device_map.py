@@ -1,5 +1,6 @@
-"""Chinese for the messages of ``--device-map auto`` (trainmem/memory/device_map.py and its checks in
-trainmem/setup.py; format: see :mod:`trainmem.report.messages_zh`)."""
+"""Chinese for the messages of ``--device-map auto`` (trainmem/memory/device_map.py) and ``--attn flex``
+(trainmem/memory/flex_attention.py), and their checks in trainmem/setup.py (format: see
+:mod:`trainmem.report.messages_zh`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ EXACT: dict[str, str] = {
     "--device-map auto: the embedding is not on GPU 0; not modelled": "--device-map auto：词嵌入不在 GPU 0 上；未建模",
     "--device-map auto: the head is not on the last GPU the layers reach; not modelled":
         "--device-map auto：输出层不在各层所到的最后一块 GPU 上；未建模",
+    "--attn flex with megatron or --cp > 1 is not modelled (FlexAttention's context parallelism all-gathers "
+    "k/v: not the SDPA ring modelled for --cp)": "--attn flex 与 megatron 或 --cp > 1 的组合未建模（FlexAttention 的"
+        "上下文并行是 all-gather k/v，不是 --cp 所建模的 SDPA ring）",
+    "attn flex: FlexAttention under torch.compile keeps q, k, v, output and logsumexp as the fused SDPA kernels "
+    "(AOTAutograd keeps what flex_attention_backward reads), plus one causal block mask per batch (int32 block "
+    "counts and indices of 128x128 blocks, kv and q sides, shared by every layer)":
+        "attn flex：torch.compile 下的 FlexAttention 与融合 SDPA kernel 一样保存 q、k、v、输出和 logsumexp"
+        "（AOTAutograd 只保留 flex_attention_backward 要读的张量），另加每个 batch 一份 causal block mask"
+        "（128x128 块的 int32 块数与索引，kv 侧和 q 侧各一份，所有层共用）",
 }
 
 PATTERNS: list[tuple[str, str]] = [
