@@ -84,3 +84,23 @@ def test_qlora_impl_defaults_to_bitsandbytes() -> None:
     assert s.qlora_impl == "bnb"
     _, s = build("llama-3.1-8b", lora_rank=8)
     assert s.qlora_impl is None
+
+
+@pytest.mark.parametrize("impl", ["bnb", "torchao"])
+def test_fsdp2_offload_leaves_bitsandbytes_quant_state_on_the_gpu(impl: str) -> None:
+    """CPUOffloadPolicy moves the sharded parameters to the host; bitsandbytes' quant state (absmax, nested absmax:
+    not a parameter) stays on the GPU whole on every rank, while torchao's scalers are shard data and move with it.
+    405B QLoRA on 8 GPUs: the bnb quant state is q/64 + 4·q/(64·256) bytes (≈ 3.0 GiB), on the GPU."""
+    spec, s = build("llama-3.1-405b", engine="fsdp2", gpus=8, lora_rank=16, qlora=True, qlora_impl=impl,
+                    recompute="full", seq_len=2048, offload="optimizer+params")
+    est = estimate(spec, s)
+    _, s_ao = build("llama-3.1-405b", engine="fsdp2", gpus=8, lora_rank=16, qlora=True, qlora_impl="torchao",
+                    recompute="full", seq_len=2048, offload="optimizer+params")
+    q = 126 * LAYER_MATMUL
+    scales = q // 64 + 4 * (q // (64 * 256))
+    ao = estimate(spec, s_ao)
+    if impl == "bnb":
+        assert est.static_bytes - ao.static_bytes == pytest.approx(scales, rel=0.01)
+        assert ao.host_memory_bytes - est.host_memory_bytes == pytest.approx(scales // 8, rel=0.05)  # (bnb: not on the host)
+    else:
+        assert est.static_bytes == ao.static_bytes

@@ -66,7 +66,10 @@ class FSDP2Engine(Engine):
         states = optimizer_state_bytes(s, T_local, train_elem, spec)
         st = ModelStates(unsharded_elem=4 if s.precision == "fp32" else 2, grad_elem=train_elem)
         if s.offload == "optimizer+params":
-            st.host = shard_param + T * train_elem // dp + states
+            # CPUOffloadPolicy moves the sharded parameters (DTensors) to the host; bitsandbytes' quant state is
+            # not a parameter and stays where the model was loaded, on the GPU (_fsdp_param.py _init_sharded_param)
+            st.params = replicated
+            st.host = shard_param - replicated + T * train_elem // dp + states
             notes.append("FSDP2 CPUOffloadPolicy: sharded parameters, gradients and optimizer states live in pinned host memory; the step runs on the CPU")
             return st
         st.params, st.states = shard_param, states
