@@ -440,6 +440,10 @@ def write_doc(path: str, tuning: list[dict], holdout: list[dict]) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import published
     published.update_accuracy_doc(published.evaluate_all(published.load_points()), path=published.Path(path))
+    # FSDP2's stream pools (benchmarks/reserved_streams.py): the stored per-stream replays, estimates of the current code
+    import reserved_streams
+    rows_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reserved_streams_rows.jsonl")
+    reserved_streams.update_doc(path, reserved_streams.markdown(reserved_streams.rescore(rows_file)))
     import json
     with open(path.replace(".md", ".json"), "w") as f:
         json.dump({"tuning": tuning, "holdout": holdout}, f, indent=1, default=str)

@@ -46,3 +46,18 @@ def test_issue_case_carries_the_root_buffer():
     assert term == stream_pool_reserve_bytes(e.category_peak_bytes["gradients"],
                                              e.breakdown_at_peak_bytes["gradients"], root)
     assert root <= term <= root + grads_apart + 2 * MiB
+
+
+def test_accuracy_doc_carries_the_stream_section():
+    """docs/accuracy.md's FSDP2-streams section is what the script prints from the stored replays
+    (python benchmarks/reserved_streams.py --rescore benchmarks/reserved_streams_rows.jsonl --doc docs/accuracy.md)."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import reserved_streams
+
+    section = reserved_streams.markdown(reserved_streams.rescore(str(root / "benchmarks" / "reserved_streams_rows.jsonl")))
+    doc = (root / "docs" / "accuracy.md").read_text(encoding="utf-8")
+    assert section in doc, "docs/accuracy.md's reserved-streams section differs from the script's (rerun it)"
