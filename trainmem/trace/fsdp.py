@@ -104,8 +104,8 @@ def _stream_switch(tracker: "StorageTracker") -> Any:
 
     @contextlib.contextmanager
     def stream(s: Any) -> Iterator[None]:
-        idx = next((i for i, k in enumerate(known) if k is s), None)
-        if idx is None:
+        idx = tracker.stream if s is None else next((i for i, k in enumerate(known) if k is s), None)
+        if idx is None:  # (None: ``StreamContext`` keeps the current stream)
             known.append(s)
             idx = len(known) - 1
         prev, tracker.stream = tracker.stream, idx
