@@ -369,9 +369,9 @@ class TrainingSetup(BaseModel):
                              "torch without dp/tp/pp/cp/ep (--gpus N is the GPUs the layers are split over)")
         if self.gpus < 2:
             raise ValueError("--device-map auto needs --gpus >= 2 (the GPUs the layers are split over)")
-        if self.offload_activations or self.optimizer_in_backward or self.qlora:
-            raise ValueError("--device-map auto with --offload-activations, --optimizer-in-backward or --qlora "
-                             "is not modelled")
+        if self.offload_activations or self.optimizer_in_backward or self.qlora_impl == "torchao":
+            raise ValueError("--device-map auto with --offload-activations, --optimizer-in-backward or --qlora-impl "
+                             "torchao is not modelled")
         object.__setattr__(self, "dp", 1)
 
     def _check_offload_and_megatron(self) -> None:

@@ -98,8 +98,26 @@ def test_per_gpu_parameters_hand_computed():
 def test_refusals():
     with pytest.raises(TrainmemError, match="engine torch"):
         build("yi-34b", **{**YI, "engine": "fsdp2"}, gpus=2, device_map="auto")
+    with pytest.raises(TrainmemError, match="qlora-impl torchao"):
+        build("yi-34b", **YI, gpus=2, device_map="auto", qlora=True, qlora_impl="torchao")
     with pytest.raises(TrainmemError, match="gpus >= 2"):
         build("yi-34b", **YI, gpus=1, device_map="auto")
     with pytest.raises(TrainmemError, match="tied"):
         spec, s = build("qwen2.5-0.5b", **YI, gpus=2, device_map="auto")
         estimate(spec, s)
+
+
+def test_qlora_split_hand_computed():
+    spec, s = build("yi-34b", **{**YI, "seq_len": 2048}, gpus=2, device_map="auto", qlora=True)
+    dm = estimate(spec, s).device_map
+    # Linear4bit weights 0.5 B (557,842,432 matmul weights -> 278,921,216 B) + 2 norms of 7168 in bf16:
+    # 278,949,888 B per layer; embedding and head stay bf16 (917,504,000 B each), final norm 14,336 B
+    layer = 557_842_432 // 2 + 2 * 2 * 7168
+    total = 60 * layer + 2 * 917_504_000 + 2 * 7168
+    assert dm["model_bytes"] == total == 18_572_015_616
+    # the largest leaf is the embedding (917,504,000 > a layer): budget (total // 2 + int(1.25 * 917,504,000)) * 0.9
+    budget0 = int((total // 2 + int(1.25 * 917_504_000)) * 0.9)
+    assert dm["max_memory_bytes"][0] == budget0 == 9_389_599_027
+    # GPU 0 keeps room for the largest module still to place (lm_head, 917,504,000 B): the embedding + 27 layers
+    # (917,504,000 + 27 * 278,949,888 = 8,449,150,976 <= 8,472,095,027; a 28th would not fit)
+    assert dm["layers_per_gpu"] == [27, 33] and dm["head_gpu"] == 1

@@ -51,17 +51,24 @@ def load_elem_bytes(s: TrainingSetup) -> int:
     return 4 if s.precision in ("amp-bf16", "amp-fp16") else 2
 
 
-def _layer_bytes(spec: ModelSpec, elem: int) -> list[int]:
-    return [elem * (lp.attention + lp.mlp + lp.experts + lp.shared_experts + lp.router + lp.norms)
-            for lp in spec.params.layers]
+def _layer_bytes(spec: ModelSpec, elem: int, qlora: bool) -> list[int]:
+    """Bytes of each decoder layer as loaded. ``qlora``: bitsandbytes' ``Linear4bit`` weights count 0.5 B each
+    (transformers 5.24 ``quantizers/quantizer_bnb_4bit.py`` ``quantized_element_size``), the rest ``elem``."""
+    out = []
+    for lp in spec.params.layers:
+        n = lp.attention + lp.mlp + lp.experts + lp.shared_experts + lp.router + lp.norms
+        out.append(elem * (n - lp.matmul) + lp.matmul // 2 if qlora else elem * n)
+    return out
 
 
-def _biggest_leaf_bytes(spec: ModelSpec, elem: int) -> int:
+def _biggest_leaf_bytes(spec: ModelSpec, elem: int, qlora: bool) -> int:
     """The largest module holding parameters directly (transformers ``compute_module_sizes``' leaves): the
-    embedding, the head, or a layer's largest linear (an MLP projection h·i, q_proj h·heads·head_dim)."""
+    embedding, the head, or a layer's largest linear (an MLP projection h·i, q_proj h·heads·head_dim; 4-bit
+    with ``qlora``: 0.5 B per weight)."""
     h = spec.hidden_size
     pc = spec.params
-    return elem * max(pc.embedding, pc.lm_head, h * spec.intermediate_size, h * spec.num_attention_heads * spec.head_dim)
+    linear = max(h * spec.intermediate_size, h * spec.num_attention_heads * spec.head_dim)
+    return max(elem * pc.embedding, elem * pc.lm_head, linear // 2 if qlora else elem * linear)
 
 
 def balanced_max_memory_bytes(total_bytes: int, biggest_block_bytes: int, biggest_leaf_bytes: int,
@@ -128,18 +135,22 @@ def infer_device_split(mods: list[tuple[str, int, list | None]], max_memory: lis
 
 def device_split(spec: ModelSpec, s: TrainingSetup, free_bytes: int) -> DeviceSplit:
     """The split of a ``*ForCausalLM`` (``model`` = embed_tokens, layers, norm; ``lm_head``) over ``s.gpus``
-    GPUs with ``free_bytes`` free on each at load time (``torch.cuda.mem_get_info``)."""
+    GPUs with ``free_bytes`` free on each at load time (``torch.cuda.mem_get_info``). QLoRA (bitsandbytes 4-bit:
+    the layers' linears quantised, embedding and head 16-bit): 4-bit sizes, and every GPU's budget × 0.9
+    (``Bnb4BitHfQuantizer.adjust_max_memory``)."""
     if spec.tie_word_embeddings:
         raise ConfigError("--device-map auto with tied word embeddings is not modelled (accelerate keeps the tied "
                           "head on the embedding's GPU)")
     elem, pc = load_elem_bytes(s), spec.params
-    layers = _layer_bytes(spec, elem)
+    layers = _layer_bytes(spec, elem, s.qlora)
     emb, norm, head = elem * (pc.embedding + pc.position_embedding), elem * (pc.final_norm + pc.other), elem * pc.lm_head
     blocks = [(f"model.layers.{i}", b, None) for i, b in enumerate(layers)]
     model = [("model.embed_tokens", emb, None), ("model.layers", sum(layers), blocks), ("model.norm", norm, None)]
     total = emb + sum(layers) + norm + head
     mods = [("model", emb + sum(layers) + norm, model), ("lm_head", head, None)]
-    budget = balanced_max_memory_bytes(total, max(layers), _biggest_leaf_bytes(spec, elem), [free_bytes] * s.gpus)
+    budget = balanced_max_memory_bytes(total, max(layers), _biggest_leaf_bytes(spec, elem, s.qlora), [free_bytes] * s.gpus)
+    if s.qlora:  # bitsandbytes' adjust_max_memory: "need more space for buffers created during quantization"
+        budget = [int(b * 0.9) for b in budget]
     where = infer_device_split(mods, budget)
     gpu_of = [where.get(f"model.layers.{i}", where.get("model.layers", where.get("model", 0)))
               for i in range(len(layers))]

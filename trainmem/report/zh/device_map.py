@@ -11,8 +11,8 @@ EXACT: dict[str, str] = {
         "（--gpus N 是切分各层所用的 GPU 数）",
     "--device-map auto needs --gpus >= 2 (the GPUs the layers are split over)":
         "--device-map auto 需要 --gpus >= 2（切分各层所用的 GPU 数）",
-    "--device-map auto with --offload-activations, --optimizer-in-backward or --qlora is not modelled":
-        "--device-map auto 与 --offload-activations、--optimizer-in-backward 或 --qlora 的组合未建模",
+    "--device-map auto with --offload-activations, --optimizer-in-backward or --qlora-impl torchao is not "
+    "modelled": "--device-map auto 与 --offload-activations、--optimizer-in-backward 或 --qlora-impl torchao 的组合未建模",
     "--device-map auto with tied word embeddings is not modelled (accelerate keeps the tied head on the "
     "embedding's GPU)": "--device-map auto 与共享词嵌入（tied word embeddings）的组合未建模（accelerate 把共享的输出层"
         "放在词嵌入所在的 GPU 上）",
