@@ -151,7 +151,10 @@ def markdown(rows: list[dict]) -> str:
            "torchtitan points are the check (docs/published.md). Signed medians first, then the median and the "
            "largest absolute error. The remaining misses are the dynamic reserve (1/8 of the step's dynamic memory, "
            "fitted to one-stream replays): largest where few very large transient blocks of different sizes "
-           "fragment the compute pool (Qwen2.5-7B at 16 ranks, 2.2 GB unsharded embedding; TinyLlama at 8 ranks).", "",
+           "fragment the compute pool (Qwen2.5-7B at 16 ranks, 2.2 GB unsharded embedding; TinyLlama at 8 ranks). "
+           "The per-case tables above come from the last full `benchmarks/accuracy.py` run; where it predates "
+           "the per-stream replay their FSDP2 'reserved' columns are the one-stream replay and the estimate "
+           "without the term — this section is the current figure for those cases.", "",
            "| split | cases | per-stream / one-stream replay | estimate without the term | with the term |",
            "|---|---:|---:|---:|---:|"]
     for split in ("tuning", "holdout"):
