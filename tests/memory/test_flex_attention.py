@@ -1,7 +1,8 @@
 """--attn flex: the block mask's bytes (against torch's own create_block_mask) and what it adds to a step
-(hand-computed); the saved tensors are the fused SDPA kernels' (compiled FlexAttention: hand-checked from
-torch 2.13 torch/_higher_order_ops/flex_attention.py, not traced here — eager flex_attention on CPU runs the
-math reference, not the compiled kernel)."""
+(hand-computed); the saved tensors are the fused SDPA kernels' (compiled FlexAttention: read from torch 2.13
+torch/_higher_order_ops/flex_attention.py, not traced: torch 2.13 has no FlexAttention backward on CPU —
+torch/nn/attention/flex_attention.py ``_validate_device`` raises NotImplementedError for CPU inputs that
+require grad — so no CPU trace can check it; a CUDA run would)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,9 @@ value, out, logsumexp (fp32, (b, h, s)), max_scores and the block mask's tensors
 (``FlexAttentionWrapper``) and transformers (``integrations/flex_attention.py``) call it under ``torch.compile``,
 where AOTAutograd keeps only what ``flex_attention_backward`` reads: q, k, v, out and logsumexp — the terms of the
 fused SDPA kernels (unexpanded k/v with ``enable_gqa``) — and the block mask, which is made once per batch and
-shared by every layer. (Eager flex_attention runs the math reference with an s² score matrix: not modelled.)
+shared by every layer. (Eager flex_attention runs the math reference with an s² score matrix: not modelled.
+Not traced: torch 2.13 has no FlexAttention backward on CPU, ``_validate_device`` in
+torch/nn/attention/flex_attention.py.)
 
 The block mask (``BlockMask``, ``create_block_mask(mask_mod, B, H, s, s)``, 128×128 blocks,
 ``_DEFAULT_SPARSE_BLOCK_SIZE``): ``kv_num_blocks`` / ``full_kv_num_blocks`` (B, H, n) and ``kv_indices`` /
