@@ -48,3 +48,14 @@ def test_flex_refusals():
         build("llama-3.1-8b", attn="flex", engine="fsdp2", gpus=8, cp=2)
     with pytest.raises(TrainmemError, match="--attn flex"):
         build("llama-3.1-8b", attn="flex", engine="megatron", gpus=8)
+
+
+def test_trace_refuses_flex_and_device_map():
+    from trainmem.trace.support import check_traceable
+
+    spec, s = build("llama-3.2-1b", attn="flex")
+    with pytest.raises(TrainmemError, match="--attn flex"):
+        check_traceable(spec, s)
+    spec, s = build("llama-3.1-8b", gpus=2, device_map="auto", lora_rank=8, precision="bf16")
+    with pytest.raises(TrainmemError, match="--device-map auto"):
+        check_traceable(spec, s)

@@ -75,6 +75,10 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
         raise _no("--recompute selective (not traced yet)")
     if s.recompute_layers is not None and s.pp > 1:
         raise _no("--recompute-layers with pp > 1 (traced on one stage: pp 1)")
+    if s.device_map:
+        raise _no("--device-map auto (one process over several GPUs; the tracer runs one device)")
+    if s.flex_attention:
+        raise _no("--attn flex (torch 2.13 has no FlexAttention backward on CPU)")
     if s.engine == "fsdp2" and s.fsdp_version == 1:
         raise _no("--fsdp-version 1 (the tracer runs FSDP2's fully_shard; FSDP1's flat parameters are estimated only)")
     if s.engine == "fsdp2" and s.precision == "amp-fp16":

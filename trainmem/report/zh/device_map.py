@@ -28,6 +28,11 @@ EXACT: dict[str, str] = {
         "attn flex：torch.compile 下的 FlexAttention 与融合 SDPA kernel 一样保存 q、k、v、输出和 logsumexp"
         "（AOTAutograd 只保留 flex_attention_backward 要读的张量），另加每个 batch 一份 causal block mask"
         "（128x128 块的 int32 块数与索引，kv 侧和 q 侧各一份，所有层共用）",
+    # trace/support.py
+    "--device-map auto (one process over several GPUs; the tracer runs one device)":
+        "--device-map auto（一个进程跨多块 GPU；tracer 只模拟一个设备）",
+    "--attn flex (torch 2.13 has no FlexAttention backward on CPU)":
+        "--attn flex（torch 2.13 在 CPU 上没有 FlexAttention 的反向传播）",
 }
 
 PATTERNS: list[tuple[str, str]] = [
