@@ -121,3 +121,18 @@ def test_qlora_split_hand_computed():
     # GPU 0 keeps room for the largest module still to place (lm_head, 917,504,000 B): the embedding + 27 layers
     # (917,504,000 + 27 * 278,949,888 = 8,449,150,976 <= 8,472,095,027; a 28th would not fit)
     assert dm["layers_per_gpu"] == [27, 33] and dm["head_gpu"] == 1
+
+
+def test_step_time_is_sequential():
+    # one GPU busy at a time: the step of the whole model on one GPU's clock (no DDP all-reduce: dp = 1),
+    # and the MFU spread over both GPUs
+    from trainmem.hardware.cluster import parse_cluster
+    from trainmem.perf.step import step_time
+
+    spec, s2 = build("yi-34b", **YI, gpus=2, device_map="auto")
+    _, s1 = build("yi-34b", **YI, gpus=1)
+    assert s2.dp == 1 and s2.global_batch == s1.global_batch
+    t2 = step_time(spec, s2, parse_cluster("2xA100-SXM-80G").groups[0])
+    t1 = step_time(spec, s1, parse_cluster("1xA100-SXM-80G").groups[0])
+    assert t2.step_seconds == pytest.approx(t1.step_seconds)
+    assert t2.mfu == pytest.approx(t1.mfu / 2)
