@@ -143,6 +143,8 @@ def summary(setup: dict) -> str:
         parts[0] = "fsdp1"
     g = s.pop("gpus", 1)
     par = [f"{k}{s.pop(k)}" for k in ("tp", "pp", "cp", "ep") if s.get(k, 1) != 1]
+    if s.pop("device_map", None):
+        par.append("device-map")  # (--device-map auto: one process, the layers split over the GPUs)
     if g != 1 or par:
         parts.append(f"{g}gpu" + ("(" + ",".join(par) + ")" if par else ""))
     if "zero" in s:
