@@ -136,3 +136,16 @@ def test_step_time_is_sequential():
     t1 = step_time(spec, s1, parse_cluster("1xA100-SXM-80G").groups[0])
     assert t2.step_seconds == pytest.approx(t1.step_seconds)
     assert t2.mfu == pytest.approx(t1.mfu / 2)
+
+
+def test_logits_copied_back_to_gpu0():
+    # the root AlignDevicesHook sends the output to GPU 0: with the "script" loop (outputs alive through backward)
+    # GPU 0 holds the copy of the bf16 logits, 1 * 512 * 4096 * 2 = 4,194,304 B, through its backward; the
+    # "trainer" loop drops it before backward (a forward-end transient, under GPU 0's backward peak here)
+    spec = spec_from_hf_config(CFG, name="tiny")
+    peaks = {}
+    for loop in ("trainer", "script"):
+        _, s = build_spec(spec, **{**YI, "seq_len": 512, "grad_accum": 2, "loop": loop, "gpus": 2, "device_map": "auto",
+                                   "gpu_memory": 40 * 2**20 + CUDA_CONTEXT_BYTES})
+        peaks[loop] = [g["peak_allocated_bytes"] for g in estimate(spec, s).device_map["per_gpu"]]
+    assert peaks["script"][0] - peaks["trainer"][0] == 1 * 512 * 4096 * 2
