@@ -62,7 +62,19 @@ def techniques(s: TrainingSetup, spec: ModelSpec | None = None) -> Iterator[Opti
     yield from _sharding(s)
     yield from _optimizer(s)
     yield from _offload(s)
+    yield from _activation_memory(s)
     yield from _model_parallel(s)
+
+
+def _activation_memory(s: TrainingSetup) -> Iterator[Option]:
+    """Flags that shrink what the layers keep: activation offloading (torchtune/TRL ``OffloadActivations``, axolotl
+    ``activation_offloading``; its host copies are timed) and LoRA without its dropout. (torch.compile and a chunked
+    loss also keep less, but trainmem does not time compile and a loss is the framework's code, not a flag: not
+    offered as fixes.) A row the estimator refuses for this run is listed under not_applicable with the reason."""
+    if not s.offload_activations and s.engine in ("torch", "fsdp2") and s.pp == 1:
+        yield Option("activation offloading to CPU (OffloadActivations)", {"offload_activations": True})
+    if s.is_lora and s.lora_dropout:
+        yield Option("LoRA without dropout (lora_dropout 0)", {"lora_dropout": 0.0})
 
 
 def _sharding(s: TrainingSetup) -> Iterator[Option]:

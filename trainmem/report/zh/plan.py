@@ -32,6 +32,8 @@ EXACT: dict[str, str] = {
     "optimizer offload (ZeRO-Offload)": "优化器卸载（ZeRO-Offload）",
     "optimizer + parameter offload (ZeRO-3 Offload)": "优化器 + 参数卸载（ZeRO-3 Offload）",
     "CPU offload (FSDP2 CPUOffloadPolicy)": "CPU 卸载（FSDP2 CPUOffloadPolicy）",
+    "activation offloading to CPU (OffloadActivations)": "激活值卸载到 CPU（OffloadActivations）",
+    "LoRA without dropout (lora_dropout 0)": "去掉 LoRA dropout（lora_dropout 0）",
     "optimizer CPU offload": "优化器 CPU 卸载",
     "8-bit AdamW (bitsandbytes)": "8 位 AdamW（bitsandbytes）",
     "fused optimizer (fused=True, adamw_torch_fused)": "融合优化器（fused=True，adamw_torch_fused）",
