@@ -133,13 +133,7 @@ def _engine(args: Any) -> dict[str, Any]:
             import json
             with open(ds, encoding="utf-8") as fh:
                 cfg = json.load(fh)
-        zero = (cfg or {}).get("zero_optimization", {}) or {}
-        out: dict[str, Any] = {"engine": "deepspeed", "zero": int(zero.get("stage", 0))}
-        if (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme"):
-            out["offload"] = "optimizer+params"
-        elif (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"):
-            out["offload"] = "optimizer"
-        return out
+        return preflight.deepspeed_fields(cfg)
     fsdp = getattr(args, "fsdp", None)
     options = [str(getattr(o, "value", o)) for o in fsdp] if isinstance(fsdp, (list, tuple)) else str(fsdp or "").split()
     if "full_shard" in options or "hybrid_shard" in options:

@@ -133,13 +133,7 @@ def setup_from_trainer(trainer: Any) -> dict[str, Any]:
 def _strategy(strategy: Any) -> dict[str, Any]:
     kind = type(strategy).__name__
     if kind == "DeepSpeedStrategy":
-        zero = (getattr(strategy, "config", None) or {}).get("zero_optimization", {}) or {}
-        out: dict[str, Any] = {"engine": "deepspeed", "zero": int(zero.get("stage", 0))}
-        if (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme"):
-            out["offload"] = "optimizer+params"
-        elif (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"):
-            out["offload"] = "optimizer"
-        return out
+        return preflight.deepspeed_fields(getattr(strategy, "config", None))
     if kind == "FSDPStrategy":
         name = getattr(getattr(strategy, "sharding_strategy", None), "name", "FULL_SHARD")
         if name not in _FSDP_ZERO:

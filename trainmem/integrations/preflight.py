@@ -27,7 +27,7 @@ from typing import Any
 from trainmem.errors import TrainmemError
 
 __all__ = ["OVERFLOW_ACTIONS", "PreflightOverflowError", "PreflightResult", "check", "device_fields", "record",
-           "write_line", "versions", "first_samples_seq_len"]
+           "write_line", "versions", "first_samples_seq_len", "deepspeed_fields"]
 
 OVERFLOW_ACTIONS = ("warn", "raise")
 
@@ -143,3 +143,15 @@ def first_samples_seq_len(dataloader: Any, micro_batch: int) -> int | None:
     except Exception:  # noqa: BLE001 - a dataset that cannot be read by index: the sequence length is not read
         return None
     return max(lengths) if lengths else None
+
+
+def deepspeed_fields(config: dict[str, Any] | None) -> dict[str, Any]:
+    """``engine``, ``zero`` and ``offload`` of a DeepSpeed config dict (its ``zero_optimization``: ``stage``,
+    ``offload_param`` / ``offload_optimizer`` to cpu or nvme)."""
+    zero = (config or {}).get("zero_optimization", {}) or {}
+    out: dict[str, Any] = {"engine": "deepspeed", "zero": int(zero.get("stage", 0))}
+    if (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme"):
+        out["offload"] = "optimizer+params"
+    elif (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"):
+        out["offload"] = "optimizer"
+    return out
