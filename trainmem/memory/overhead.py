@@ -69,10 +69,13 @@ def stream_pool_reserve_bytes(sharded_grad_peak_bytes: int, sharded_grad_at_peak
 
 def fsdp2_stream_pools_bytes(setup: TrainingSetup, root_params: int, category_peak: dict[str, int],
                              breakdown_at_peak: dict[str, int]) -> int:
-    """:func:`stream_pool_reserve_bytes` for a setup: 0 unless FSDP2's ``fully_shard`` shards over > 1 rank
-    (FSDP1 and a shard degree of 1 run no separate collective streams that allocate); the root unit's
-    all-gather output is ``root_params`` (rank-local embedding + LM head) in the parameter dtype."""
-    if setup.engine != "fsdp2" or setup.fsdp_version != 2 or setup.fsdp_shard_degree <= 1:
+    """:func:`stream_pool_reserve_bytes` for a setup: 0 unless FSDP shards over > 1 rank (a shard degree of 1
+    runs no separate collective streams that allocate); the root unit's all-gather output is ``root_params``
+    (rank-local embedding + LM head) in the parameter dtype. FSDP1 allocates the same way on its own streams
+    (torch 2.13 fsdp/_runtime_utils.py: ``_unshard`` all-gathers ``_full_param_padded`` under the unshard stream,
+    ``_reduce_grad`` makes ``new_sharded_grad`` under the post-backward stream and keeps it as
+    ``_saved_grad_shard``; the root unit is not resharded after forward): the same two pools."""
+    if setup.engine != "fsdp2" or setup.fsdp_shard_degree <= 1:
         return 0
     elem = 4 if setup.precision == "fp32" else 2
     return stream_pool_reserve_bytes(category_peak.get("gradients", 0), breakdown_at_peak.get("gradients", 0),
