@@ -43,7 +43,6 @@ from trainmem.memory.engines.base import ModelStates, lora_base
 from trainmem.memory.engines.fsdp2 import FSDP2Engine, fsdp_replicated_quant_state_bytes
 from trainmem.memory.states import optimizer_state_bytes, optimizer_step_temp_bytes
 from trainmem.setup import TrainingSetup
-from trainmem.units import round_up_bytes as _r
 
 __all__ = ["FSDP1Engine", "fsdp1_shard_elems", "fsdp1_storage_elem_bytes", "fsdp1_param_dtype_bytes",
            "fsdp1_uses_mixed_precision"]
@@ -201,20 +200,10 @@ class FSDP1Engine(FSDP2Engine):
             self.prefetch(*self._unit(j - 1))
         self.reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], p.layer_train[j], p.layer_experts[j])
 
-    def bulk_grads(self, j0: int, n: int) -> None:
-        key = f"gbulk{j0}:sharded"
-        if not self.tl.has(key):
-            local = self._local(self.plan.layer_train[j0], self.plan.layer_experts[j0])
-            self.tl.alloc(key, "gradients", _r(self.st.grad_elem * local) * n)
-
-    def bulk_backward_end(self, js: list[int]) -> None:
-        tl, p = self.tl, self.plan
-        if self.s.zero == 2:
-            tl.free(f"unitbulk{js[0]}")
-            return
-        tl.free(f"unit{p.layer_ids[js[-1]]}")
-        if js[0] > 0:
-            self.prefetch(*self._unit(js[0] - 1))
+    def _sharded_grads_on_host(self) -> bool:
+        """Even with offload each unit's ``_saved_grad_shard`` stays on the GPU until backward ends
+        (:meth:`backward_end`). (bulk_grads / bulk_backward_end are FSDP2's: FSDP1 makes no ``ag_pending`` keys.)"""
+        return False
 
     def backward_end(self, mb: int) -> None:
         """The root reshards and reduces last; with offload the final callback (``_finalize_params``) points

@@ -198,9 +198,13 @@ class FSDP2Engine(Engine):
         self.tl.free(f"unit{idx}")
         self.reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], p.layer_train[j], p.layer_experts[j])
 
+    def _sharded_grads_on_host(self) -> bool:
+        """CPUOffloadPolicy keeps no sharded gradient on the GPU (see :meth:`reduce`)."""
+        return self.s.offload == "optimizer+params"
+
     def bulk_grads(self, j0: int, n: int) -> None:
         key = f"gbulk{j0}:sharded"
-        if self.s.offload == "optimizer+params":
+        if self._sharded_grads_on_host():
             return  # the sharded gradients live on the host (see :meth:`reduce`)
         if not self.tl.has(key):
             local = self._local(self.plan.layer_train[j0], self.plan.layer_experts[j0])
