@@ -9,7 +9,7 @@ from trainmem.errors import ConfigError
 from trainmem.hardware import get_gpu
 from trainmem.model.resolve import resolve_model
 from trainmem.model.spec import ModelSpec
-from trainmem.setup import TrainingSetup, make_setup, validate_for_model
+from trainmem.setup import TrainingSetup, engine_precision, make_setup, validate_for_model
 
 if TYPE_CHECKING:
     from trainmem.frameworks import Target
@@ -84,9 +84,6 @@ def build_spec(spec: ModelSpec, **setup_fields: object) -> tuple[ModelSpec, Trai
     return spec, setup
 
 
-_FAMILIES = ("bf16", "fp16")
-
-
 def precision_notes(fields: dict[str, Any]) -> list[str]:
     """The precision a run takes when the flags leave it to the GPU or name a family the engine has no recipe of,
     filled into ``fields``, with one note:
@@ -95,11 +92,10 @@ def precision_notes(fields: dict[str, Any]) -> list[str]:
       (HF ``--fp16``: autocast over fp32 weights), mixed-fp16 for deepspeed/megatron (DeepSpeed ``fp16.enabled``,
       Megatron ``--fp16``: 16-bit parameters, fp32 master weights);
     - ``bf16``/``fp16`` on deepspeed or megatron: the engine's mixed recipe (``bf16.enabled`` / ``--bf16``), the
-      names every other command takes (the planner maps a family so too: plan/space.py ``engine_precision``).
+      names every other command takes (:func:`trainmem.setup.engine_precision`, the planner's mapping too).
 
     An unknown GPU name is left to the setup's own validation."""
     engine = str(fields.get("engine") or "torch")
-    mixed = engine in ("deepspeed", "megatron")
     p = fields.get("precision")
     if p is None:
         try:
@@ -108,14 +104,14 @@ def precision_notes(fields: dict[str, Any]) -> list[str]:
             return []
         if gpu.bf16:
             return []
-        p = "mixed-fp16" if mixed else "amp-fp16"
+        p = engine_precision(engine, "fp16")
         fields["precision"] = p
         return [f"precision {p}: the {gpu.name} has no bfloat16, so the {engine} engine runs its fp16 recipe "
                 "(give --precision to change it)"]
-    if p in _FAMILIES and mixed:
-        fields["precision"] = f"mixed-{p}"
-        return [f"--precision {p} on the {engine} engine is its mixed-{p} recipe (16-bit parameters, fp32 master "
-                "weights)"]
+    if p in ("bf16", "fp16") and engine in ("deepspeed", "megatron"):  # (no recipe of that name there)
+        fields["precision"] = engine_precision(engine, str(p))
+        return [f"--precision {p} on the {engine} engine is its {fields['precision']} recipe (16-bit parameters, fp32 "
+                "master weights)"]
     return []
 
 

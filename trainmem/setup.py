@@ -79,7 +79,16 @@ if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
 
 __all__ = ["TrainingSetup", "make_setup", "validate_for_model", "Engine", "Precision", "Optimizer",
-           "OptimizerImpl", "PAGED_OPTIMIZERS", "Recompute", "Attn", "Offload", "Loop", "Loss", "RECIPES", "FP8_BASE", "DEFAULT_LORA_TARGETS"]
+           "OptimizerImpl", "PAGED_OPTIMIZERS", "engine_precision", "Recompute", "Attn", "Offload", "Loop", "Loss", "RECIPES", "FP8_BASE", "DEFAULT_LORA_TARGETS"]
+
+def engine_precision(engine: str, family: str) -> str:
+    """The engine's recipe of a precision family: ``bf16`` → amp-bf16 (torch/fsdp2: autocast or FSDP2's
+    MixedPrecisionPolicy over fp32 parameters) or mixed-bf16 (deepspeed/megatron: bf16 parameters, fp32
+    master weights); ``fp16`` likewise; ``fp32`` and ``fp8`` as they are."""
+    if family in ("bf16", "fp16"):
+        return f"amp-{family}" if engine in ("torch", "fsdp2") else f"mixed-{family}"
+    return family
+
 
 Engine = Literal["torch", "fsdp2", "deepspeed", "megatron"]
 Precision = Literal["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "fp8"]

@@ -1046,12 +1046,7 @@ def _lora_adapter_terms(spec: ModelSpec, setup: TrainingSetup, adapted) -> list[
     out: list[Term] = []
     shared: set[str] = set()
     for lin in adapted:
-        name_in, name_a, comp = "lora_input", "lora_a_out", "lora"
-        if lin.reads == "attn_out":
-            name_in, comp = "o_input", "attention"
-        elif lin.reads == "mlp_act":
-            name_in = name_a = "lora_down_input"
-            comp = "mlp"
+        name_in, name_a, comp = _adapter_slots(lin)
         if fp32 or a16:  # (adapters in the base's dtype: x is not cast, lora_A keeps x itself)
             e = 2 if a16 else 4
             if lin.reads not in shared and not (lin.reads == "attn_out" and kernel_keeps_out):
@@ -1069,6 +1064,16 @@ def _lora_adapter_terms(spec: ModelSpec, setup: TrainingSetup, adapted) -> list[
     if 0 < len(slices) < 3:  # its zero_pad's index_copy_ keeps its source, the Σ-widths lora_B output
         out.append(Term("lora_input", "lora", compute_bytes(setup) * sum(lin.fout for lin in slices) * T, False))
     return out
+
+
+def _adapter_slots(lin) -> tuple[str, str, str]:  # noqa: ANN001 - a model.lora_targets linear
+    """(name of the adapter's saved input, of its rank activation, component): the names place each term in the
+    estimator's backward order (see :func:`_lora_adapter_terms`)."""
+    if lin.reads == "attn_out":
+        return "o_input", "lora_a_out", "attention"
+    if lin.reads == "mlp_act":
+        return "lora_down_input", "lora_down_input", "mlp"
+    return "lora_input", "lora_a_out", "lora"
 
 
 def lora_dropout_terms(spec: ModelSpec, setup: TrainingSetup, adapted, input_grad: bool = True) -> list[Term]:
@@ -1101,8 +1106,7 @@ def lora_dropout_terms(spec: ModelSpec, setup: TrainingSetup, adapted, input_gra
             continue  # (litgpt's LoRAQKVLinear: one dropout of x for its slices)
         if lin.path.startswith("qkv."):
             shared.add("qkv")
-        name, comp = ("o_input", "attention") if lin.reads == "attn_out" else \
-            (("lora_down_input", "mlp") if lin.reads == "mlp_act" else ("lora_input", "lora"))
+        name, _, comp = _adapter_slots(lin)
         extra = lin.fin if (input_grad or lin.reads != "attn_in") else 0  # the bool mask
         if same_dtype:
             extra += e * lin.fin  # the adapter's own dropout output

@@ -30,6 +30,7 @@ from functools import lru_cache
 from trainmem.errors import ConfigError
 from trainmem.memory.states import account_split, stage_layers, stage_ranges
 from trainmem.model.spec import ModelSpec
+from trainmem.setup import engine_precision  # (re-exported: the planner's name for it)
 
 __all__ = ["Knobs", "KNOB_KEYS", "SpaceLimits", "configurations", "divisors", "engine_precision", "parse_fix", "is_root",
            "savers", "with_knobs", "knob_split", "knob_stage_layers", "block_levels", "recompute_fields", "recompute_rank",
@@ -142,15 +143,6 @@ def with_knobs(k: Knobs, **changes: object) -> Knobs:
 def divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
-
-
-def engine_precision(engine: str, family: str) -> str:
-    """The engine's recipe of a precision family: ``bf16`` → amp-bf16 (torch/fsdp2: autocast or FSDP2's
-    MixedPrecisionPolicy over fp32 parameters) or mixed-bf16 (deepspeed/megatron: bf16 parameters, fp32
-    master weights); ``fp16`` likewise; ``fp32`` and ``fp8`` as they are."""
-    if family in ("bf16", "fp16"):
-        return f"amp-{family}" if engine in ("torch", "fsdp2") else f"mixed-{family}"
-    return family
 
 
 def _recomputes(engine: str) -> tuple[str, ...]:
