@@ -151,3 +151,16 @@ def test_lightning_true_precision_and_a_module_without_a_model(tmp_path) -> None
     with pytest.raises(UnsupportedError, match="holds no transformers model"):
         hf_model_of(Bare())
     assert hf_model_of(_Module()).__class__.__name__ == "LlamaForCausalLM"
+
+
+def test_the_measured_line_reads_the_cuda_peaks(monkeypatch, tmp_path) -> None:
+    """What the callbacks and loop.measure write after the steady step (CUDA stands in here)."""
+    from trainmem.integrations import loop, preflight
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 5 * 2**30)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 6 * 2**30)
+    assert preflight.cuda_peaks(2) == {"max_memory_allocated_bytes": 5 * 2**30, "max_memory_reserved_bytes": 6 * 2**30,
+                                       "step": 2}
+    result = trainmem.preflight(_llama(), optimizer="adamw", batch=torch.zeros(1, SEQ, dtype=torch.long))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert loop.measure(result, tmp_path / "pf.jsonl") is None and not (tmp_path / "pf.jsonl").exists()

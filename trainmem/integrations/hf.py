@@ -83,11 +83,8 @@ class PreflightCallback(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.global_step != 2 or not self._cuda() or self.result is None:
             return
-        import torch
-        measured = {"max_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
-                    "max_memory_reserved_bytes": torch.cuda.max_memory_reserved(), "step": 2}
         if self.log is not None:
-            preflight.write_line(self.log, preflight.record(self.result, self._device, measured))
+            preflight.write_line(self.log, preflight.record(self.result, self._device, preflight.cuda_peaks(2)))
 
     def _cuda(self) -> bool:
         return self._device.startswith("cuda")

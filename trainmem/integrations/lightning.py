@@ -83,12 +83,9 @@ class PreflightCallback(Callback):
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if trainer.global_step != 2 or self._measured or self.result is None or not self._device.startswith("cuda"):
             return
-        import torch
         self._measured = True
-        measured = {"max_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
-                    "max_memory_reserved_bytes": torch.cuda.max_memory_reserved(), "step": 2}
         if self.log_path is not None:
-            preflight.write_line(self.log_path, preflight.record(self.result, self._device, measured))
+            preflight.write_line(self.log_path, preflight.record(self.result, self._device, preflight.cuda_peaks(2)))
 
 
 def hf_model_of(pl_module: Any, attr: str | None = None) -> Any:

@@ -110,8 +110,6 @@ def measure(result: _pf.PreflightResult, log: str | os.PathLike[str], step: int 
     if not torch.cuda.is_available():
         return None
     _, where = _pf.device_fields()
-    measured = {"max_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
-                "max_memory_reserved_bytes": torch.cuda.max_memory_reserved(), "step": int(step)}
-    line = _pf.record(result, where, measured)
+    line = _pf.record(result, where, _pf.cuda_peaks(step))
     _pf.write_line(log, line)
     return line

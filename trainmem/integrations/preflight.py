@@ -27,7 +27,7 @@ from typing import Any
 from trainmem.errors import TrainmemError
 
 __all__ = ["OVERFLOW_ACTIONS", "PreflightOverflowError", "PreflightResult", "check", "device_fields", "record",
-           "write_line", "versions", "first_samples_seq_len", "deepspeed_fields"]
+           "write_line", "versions", "first_samples_seq_len", "deepspeed_fields", "cuda_peaks"]
 
 OVERFLOW_ACTIONS = ("warn", "raise")
 
@@ -155,3 +155,12 @@ def deepspeed_fields(config: dict[str, Any] | None) -> dict[str, Any]:
     elif (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"):
         out["offload"] = "optimizer"
     return out
+
+
+def cuda_peaks(step: int) -> dict[str, Any]:
+    """The ``measured`` member of a line: ``torch.cuda.max_memory_allocated/reserved`` since the last
+    ``reset_peak_memory_stats``, and the step they cover."""
+    import torch
+
+    return {"max_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "max_memory_reserved_bytes": torch.cuda.max_memory_reserved(), "step": int(step)}
