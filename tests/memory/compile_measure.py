@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from tests.memory.measure import _build
+from tests.memory.measure import _build, layer_tracker
 
 PARTITION_BACKEND = "aot_eager_decomp_partition"
 
@@ -56,20 +56,7 @@ def compiled_layer_saved_bytes(cfg: dict, *, dtype=torch.bfloat16, autocast: boo
     weight_shapes = {tuple(p.shape) for p in layers[layer].parameters() if p.dim() == 2}
     _compile_layer(layers[layer], backend, checkpointed)
     per_layer: list[dict[int, tuple[int, bool]]] = [dict() for _ in layers]
-    current: dict[str, int | None] = {"i": None}
-
-    def pre(i):
-        def f(_m, _a, _k=None):
-            current["i"] = i
-        return f
-
-    def post(_m, _a, _o, *rest):
-        current["i"] = None
-
-    hooks = []
-    for i, mod in enumerate(layers):
-        hooks.append(mod.register_forward_pre_hook(pre(i), with_kwargs=True))
-        hooks.append(mod.register_forward_hook(post, with_kwargs=True))
+    current, hooks = layer_tracker(layers)
 
     def pack(t):
         if current["i"] is not None and not host_rng_state(t):

@@ -10,6 +10,26 @@ from __future__ import annotations
 import torch
 
 
+
+def layer_tracker(layers) -> tuple[dict, list]:
+    """Forward hooks on each of ``layers`` that keep ``current["i"]`` the index of the layer running (None between
+    layers); returns (current, the hook handles to remove)."""
+    current: dict[str, int | None] = {"i": None}
+
+    def pre(i):
+        def f(_m, _a, _k=None):
+            current["i"] = i
+        return f
+
+    def post(_m, _a, _o, *rest):
+        current["i"] = None
+
+    hooks = []
+    for i, mod in enumerate(layers):
+        hooks.append(mod.register_forward_pre_hook(pre(i), with_kwargs=True))
+        hooks.append(mod.register_forward_hook(post, with_kwargs=True))
+    return current, hooks
+
 def _build(cfg: dict, attn: str, dtype: torch.dtype):
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -34,20 +54,7 @@ def measured_layer_saved_bytes(cfg: dict, *, attn: str = "sdpa", dtype=torch.bfl
             break
     assert layers is not None
     per_layer: list[dict[int, int]] = [dict() for _ in layers]
-    current = {"i": None}
-
-    def pre(i):
-        def f(_m, _a, _k=None):
-            current["i"] = i
-        return f
-
-    def post(_m, _a, _o, *rest):
-        current["i"] = None
-
-    hooks = []
-    for i, mod in enumerate(layers):
-        hooks.append(mod.register_forward_pre_hook(pre(i), with_kwargs=True))
-        hooks.append(mod.register_forward_hook(post, with_kwargs=True))
+    current, hooks = layer_tracker(layers)
     keep = []
 
     def pack(t):
