@@ -118,6 +118,8 @@ class Estimate(Result):
         cuda_only_bytes: int
         paged_optimizer_bytes: int
         """bitsandbytes paged optimizers: state in CUDA managed memory, outside the allocator's figures."""
+        device_map: dict[str, Any]
+        """Only with ``device_map="auto"``: how transformers split the layers over the GPUs (``layers_per_gpu``, ``head_gpu``, ``most_loaded_gpu``, ...)."""
         assumptions: list[str]
         setup: dict[str, Any]
         explain: dict[str, Any]
