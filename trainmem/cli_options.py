@@ -40,7 +40,7 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("grad_accum", _I, "--grad-accum", "micro-batches per optimizer step [1]"),
     ("precision", _S, "--precision", "fp32|bf16|fp16|amp-bf16|amp-fp16|mixed-bf16|mixed-fp16|fp8"),
     ("optimizer", _S, "--optimizer", "adamw|adam|sgd|sgd-momentum|adamw-8bit|adafactor|lion|paged-adamw|"
-                                     "paged-adamw-8bit"),
+                                     "paged-adamw-8bit|hf-adafactor (transformers' Adafactor)"),
     ("optimizer_impl", _S, "--optimizer-impl", "foreach (torch.optim's default) | fused (HF Trainer's adamw_torch_fused, "
                                                "torchtitan) [foreach]"),
     ("recompute", _S, "--recompute", "none|selective|full"),

@@ -9,7 +9,9 @@ engine             torch           plain PyTorch/transformers loop (DDP when dp 
 precision          amp-bf16        (torch/fsdp2); mixed-bf16 for deepspeed/megatron; fp8 (megatron:
                                    Transformer Engine, fsdp2: torchao float8) = the bf16 recipe + fp8 matmuls
 optimizer          adamw           torch.optim.AdamW, foreach, weight decay 0.01; paged-adamw / paged-adamw-8bit:
-                                   bitsandbytes PagedAdamW(8bit), states in CUDA managed memory (torch engine)
+                                   bitsandbytes PagedAdamW(8bit), states in CUDA managed memory (torch engine);
+                                   adafactor = torch.optim.Adafactor; hf-adafactor = transformers' Adafactor (HF
+                                   Trainer optim="adafactor"; torch engine; trainmem/memory/hf_adafactor.py)
 optimizer_impl     foreach         foreach (torch.optim's CUDA default) | fused (HF Trainer's adamw_torch_fused
                                    with torch >= 2.8, torchtitan's default): torch/fsdp2 adam(w)/sgd only
 seq_len            2048            tokens per sequence
@@ -93,7 +95,7 @@ def engine_precision(engine: str, family: str) -> str:
 Engine = Literal["torch", "fsdp2", "deepspeed", "megatron"]
 Precision = Literal["fp32", "bf16", "fp16", "amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16", "fp8"]
 Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adamw-8bit", "adafactor", "lion", "paged-adamw",
-                    "paged-adamw-8bit"]
+                    "paged-adamw-8bit", "hf-adafactor"]
 #: bitsandbytes' paged optimizers (``PagedAdamW``, ``PagedAdamW8bit``; HF ``optim="paged_adamw_32bit"`` /
 #: ``"paged_adamw_8bit"``): their large state buffers live in CUDA managed memory, outside torch's allocator.
 PAGED_OPTIMIZERS = ("paged-adamw", "paged-adamw-8bit")
@@ -436,6 +438,8 @@ class TrainingSetup(BaseModel):
             if self.loss == "fused-linear":
                 raise ValueError("--optimizer-in-backward with --loss fused-linear is not modelled (Liger computes the "
                                  "head's weight gradient in the forward)")
+        if self.optimizer == "hf-adafactor" and e != "torch":
+            raise ValueError(f"--optimizer hf-adafactor (transformers' Adafactor) is modelled for --engine torch, not {e}")
         if self.optimizer in PAGED_OPTIMIZERS and e != "torch":
             raise ValueError(f"--optimizer {self.optimizer}: bitsandbytes' paged optimizers are modelled for --engine "
                              f"torch (single GPU or DDP), not {e}")

@@ -41,7 +41,7 @@ from trainmem.integrations import preflight
 
 __all__ = ["PreflightCallback", "setup_from_training_args"]
 
-_OPTIM = {"adamw_torch_fused": ("adamw", "fused"), "adamw_torch": ("adamw", "foreach"), "adafactor": ("adafactor", None),
+_OPTIM = {"adamw_torch_fused": ("adamw", "fused"), "adamw_torch": ("adamw", "foreach"), "adafactor": ("hf-adafactor", None),
           "sgd": ("sgd", None)}
 
 

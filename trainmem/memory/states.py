@@ -176,7 +176,7 @@ def optimizer_state_bytes(setup: TrainingSetup, n_trainable: int, state_elem_byt
         return 0
     if o in ("adamw-8bit", "paged-adamw-8bit"):
         return 2 * n_trainable + 2 * 4 * (n_trainable // 2048)
-    if o == "adafactor":
+    if o in ("adafactor", "hf-adafactor"):  # (hf-adafactor: the torch engine replaces it, memory/hf_adafactor.py)
         if spec is None:
             return 0
         return adafactor_state_bytes(spec, state_elem_bytes)

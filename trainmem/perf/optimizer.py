@@ -20,7 +20,8 @@ from trainmem.perf import calibration as cal
 __all__ = ["gpu_optimizer_bytes_per_param", "gpu_optimizer_seconds", "cpu_adam_seconds", "offload_seconds"]
 
 _PASSES_FUSED = {"adamw": 7, "adam": 7, "sgd": 3, "sgd-momentum": 5, "lion": 5, "adafactor": 6}
-_PASSES_FOREACH = {"adamw": 20, "adam": 18, "sgd": 3, "sgd-momentum": 6, "lion": 9, "adafactor": 14}
+_PASSES_FOREACH = {"adamw": 20, "adam": 18, "sgd": 3, "sgd-momentum": 6, "lion": 9, "adafactor": 14,
+                   "hf-adafactor": 20}  # (transformers' Adafactor.step, factored: 20 tensor passes, one tensor at a time)
 
 
 def gpu_optimizer_bytes_per_param(engine: str, optimizer: str, state_bytes: int, zero: int) -> float:

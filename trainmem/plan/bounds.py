@@ -17,7 +17,7 @@ __all__ = ["states_lower_bound_bytes", "resident_bytes", "stage_layer_params", "
 
 #: Optimizer state bytes per trainable fp32 element, the smallest of each optimizer's variants.
 _STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 0, "sgd-momentum": 4, "adamw-8bit": 2, "adafactor": 0, "lion": 4,
-                "paged-adamw": 0, "paged-adamw-8bit": 0}  # (paged states: managed memory, never an OOM)
+                "paged-adamw": 0, "paged-adamw-8bit": 0, "hf-adafactor": 0}  # (paged states: managed memory, never an OOM)
 
 
 _TOTALS: dict[int, tuple[ModelSpec, int, int]] = {}

@@ -64,6 +64,10 @@ def build_optimizer(name: str, params: list[torch.nn.Parameter], impl: str = "fo
         return torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=WEIGHT_DECAY, **kind)
     if name == "adafactor":
         return torch.optim.Adafactor(params, lr=LR, weight_decay=WEIGHT_DECAY, foreach=True)
+    if name == "hf-adafactor":  # transformers' own, as HF Trainer optim="adafactor" builds it (trainer_optimizer.py)
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=LR, weight_decay=WEIGHT_DECAY, scale_parameter=False, relative_step=False)
     if name == "lion":
         return Lion(params)
     raise UnsupportedError(f"optimizer {name} cannot be traced; use `trainmem estimate`")

@@ -28,7 +28,7 @@ OPTIM: dict[str, tuple[str, str | None]] = {
     "adamw_torch": ("adamw", "foreach"), "adamw_torch_fused": ("adamw", "fused"), "adamw_hf": ("adamw", "foreach"),
     "adamw_apex_fused": ("adamw", "fused"), "adamw_8bit": ("adamw-8bit", None), "adamw_bnb_8bit": ("adamw-8bit", None),
     "paged_adamw_32bit": ("paged-adamw", None), "paged_adamw": ("paged-adamw", None),
-    "paged_adamw_8bit": ("paged-adamw-8bit", None), "adafactor": ("adafactor", None), "sgd": ("sgd", None),
+    "paged_adamw_8bit": ("paged-adamw-8bit", None), "adafactor": ("hf-adafactor", None), "sgd": ("sgd", None),
     "lion_32bit": ("lion", None), "adamw_torch_xla": ("adamw", "foreach"),
 }
 _TRL_KEYS = ("max_length", "max_seq_length", "packing", "dataset_text_field", "dataset_name", "use_peft", "lora_r",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from trainmem.memory.activations import is_amp
 from trainmem.memory.engines.base import Engine, ModelStates, lora_base
+from trainmem.memory.hf_adafactor import HF_ADAFACTOR, hf_adafactor_bytes
 from trainmem.memory.states import optimizer_state_bytes, optimizer_step_temp_bytes, paged_optimizer_state_bytes
 
 __all__ = ["TorchEngine"]
@@ -25,6 +26,8 @@ class TorchEngine(Engine):
         st = ModelStates(params=base + T * train_elem, grad_elem=train_elem,
                          states=optimizer_state_bytes(s, T, train_elem, self.spec),
                          step_temp=optimizer_step_temp_bytes(s, T, train_elem, train_elem))
+        if s.optimizer == HF_ADAFACTOR:  # transformers' Adafactor: fp32 factored state, a per-tensor step
+            st.states, st.step_temp = hf_adafactor_bytes(self.spec, s, train_elem)
         if s.optimizer_in_backward:
             st.step_temp = 0  # each parameter is stepped in its own backward (Engine.step_in_backward)
             notes.append("optimizer in backward (torchtune optimizer_in_bwd): one optimizer per parameter, stepped in "
