@@ -5,7 +5,8 @@ row estimated on this model and setup: ``saves_bytes`` = baseline peak allocated
 from the performance model at the same global batch, ``fits`` and the order — fitting options first, cheapest step
 time first — as ``compare`` gives them). The fixes ``compare`` has no row for are estimated here the same way, each
 offered only when the evidence or the setup makes it relevant (:func:`extra_fixes`): shorter or truncated
-sequences, a quantized (QLoRA) base, the smallest bigger GPU of the catalog that fits the setup unchanged. The fixes
+sequences, a quantized (QLoRA) base, the smallest bigger GPU of the catalog that fits the setup unchanged, the fewest
+more GPUs of the same type over which ZeRO shards the model states so that the run fits. The fixes
 that are not setup changes carry the bytes the evidence shows they would free (a leak's growth, another process's
 memory, a stale copy, the reserved-but-unallocated bytes expandable segments can reuse), and a 0 % step-time change:
 none of them adds work to a step.
@@ -20,7 +21,7 @@ from trainmem.errors import TrainmemError
 from trainmem.units import fmt_bytes
 
 __all__ = ["memory_fixes", "speed_fixes", "extra_fixes", "shorter_seq_fix", "qlora_fix", "bigger_gpu_fix",
-           "flags_of", "fits_after", "EXPANDABLE", "NOT_COMPARED", "RESUME_ACTION", "SAVE_ACTION"]
+           "more_gpus_fix", "flags_of", "fits_after", "EXPANDABLE", "NOT_COMPARED", "RESUME_ACTION", "SAVE_ACTION"]
 
 EXPANDABLE = "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 RESUME_ACTION = ("free the stale copy: load the checkpoint on the CPU (torch.load(..., map_location='cpu'); "
@@ -178,14 +179,62 @@ def bigger_gpu_fix(exp: Expected) -> Fix | None:
     return None
 
 
+MORE_GPUS = (2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
+"""GPU counts :func:`more_gpus_fix` tries: every count of one 8-GPU node, then whole nodes."""
+
+
+def _sharded_variants(s) -> list[dict]:  # noqa: ANN001 - TrainingSetup
+    """The setup changes that shard the model states over data-parallel GPUs, cheapest communication first: the
+    run's own engine where it shards them fully (FSDP2, DeepSpeed ZeRO-3, Megatron's distributed optimizer, ``--zero
+    1``, which shards the optimizer states and master weights over dp: megatron/core/optimizer/distrib_optimizer.py),
+    Megatron with its distributed optimizer turned on, else DeepSpeed ZeRO-2 then ZeRO-3 (the engine's recipe of
+    the run's precision family)."""
+    if s.engine == "fsdp2" or (s.engine == "deepspeed" and s.zero == 3) or (s.engine == "megatron" and s.zero):
+        return [{}]
+    if s.engine == "megatron":
+        return [{"zero": 1}]
+    from trainmem.setup import engine_precision
+    family = s.precision.split("-")[-1]
+    ds = {"engine": "deepspeed", "precision": engine_precision("deepspeed", family)}
+    return [{**ds, "zero": z} for z in (2, 3) if not (s.engine == "deepspeed" and z < (s.zero or 0))]
+
+
+def more_gpus_fix(exp: Expected) -> Fix | None:
+    """The fewest GPUs of the run's type (more than it has, :data:`MORE_GPUS`) over which the model states, sharded
+    (:func:`_sharded_variants`; the micro-batch unchanged), fit: ZeRO partitions the optimizer states (stage 1),
+    gradients (2) and parameters (3) over the data-parallel ranks (DeepSpeed runtime/zero/stage_1_and_2.py,
+    stage3.py), so each GPU holds 1/dp of them. Offered for a run with one data-parallel replica per model-parallel
+    group layout unchanged (tp, pp kept); the step-time change is at the same number of samples."""
+    from trainmem.plan.compare import slowdown_pct
+    s = exp.setup
+    for n in (k for k in MORE_GPUS if k > s.gpus and k % (s.tp * s.pp * s.cp) == 0):
+        for change in _sharded_variants(s):
+            got = _variant(exp, gpus=n, dp=None, **change)
+            if got is None or not got[1].fits:
+                continue
+            s2, e2 = got
+            what = ("ZeRO-" + str(s2.zero) + " (DeepSpeed)" if s2.engine == "deepspeed" else s2.engine)
+            flags = " ".join([f"--gpus {n}", *(f"{_FLAG[k]} {v}" for k, v in change.items() if k in _FLAG)])
+            try:
+                from trainmem.hardware.cluster import parse_cluster
+                from trainmem.perf import step_time
+                base = exp.step_time().step_seconds
+                new = step_time(exp.spec, s2, parse_cluster(f"{s2.gpus}x{s2.gpu}").groups[0]).step_seconds
+                slow = slowdown_pct(base, s.global_batch, new, s2.global_batch) if base > 0 else 0.0
+            except TrainmemError:
+                slow = 0.0
+            saves = exp.estimate.peak_allocated_bytes - e2.peak_allocated_bytes
+            return Fix(f"more GPUs: {n} × {s.gpu} with the model states sharded by {what} ({flags})", saves, slow, True)
+    return None
+
+
 def extra_fixes(exp: Expected, near_capacity: bool, longer_than_stated: bool = False) -> list[Fix]:
     """The relevant fixes ``compare`` has no row for: shorter sequences, a quantized base, and — when the estimate
-    does not fit or is within its error of the GPU (``near_capacity``) — the smallest bigger GPU that fits."""
+    does not fit or is within its error of the GPU (``near_capacity``) — the smallest bigger GPU that fits and the
+    fewest more GPUs that fit with the model states sharded."""
     out = [f for f in (shorter_seq_fix(exp, longer_than_stated), qlora_fix(exp)) if f is not None]
     if near_capacity or not exp.estimate.fits:
-        big = bigger_gpu_fix(exp)
-        if big is not None:
-            out.append(big)
+        out += [f for f in (bigger_gpu_fix(exp), more_gpus_fix(exp)) if f is not None]
     return out
 
 
