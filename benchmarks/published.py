@@ -160,7 +160,8 @@ def summary(setup: dict) -> str:
     if opt != "adamw":
         parts.append(opt)
     if s.get("lora_rank"):
-        parts.append(("qlora" if s.pop("qlora", False) else "lora") + f"-r{s.pop('lora_rank')}[{s.pop('lora_targets', 'default')}]")
+        parts.append(("qlora" if s.pop("qlora", False) else "int8-lora" if s.pop("load_in_8bit", False) else "lora")
+                     + f"-r{s.pop('lora_rank')}[{s.pop('lora_targets', 'default')}]")
     if s.get("offload", "none") != "none":
         parts.append(f"offload-{s.pop('offload')}")
     if s.get("loss", "hf") != "hf":

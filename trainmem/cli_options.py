@@ -93,6 +93,7 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("lora_targets", _S, "--lora-targets", "comma list of module names (PEFT's), or all-linear"),
     ("lora_dropout", _S, "--lora-dropout", "with LoRA: the adapters' dropout probability (PEFT lora_dropout) [0.0]"),
     ("qlora", _B, "--qlora", "NF4 base weights (needs --lora-rank)"),
+    ("load_in_8bit", _B, "--load-in-8bit", "LLM.int8 base weights, bitsandbytes 0.41 (needs --lora-rank; not --qlora)"),
     ("qlora_impl", _S, "--qlora-impl", "with --qlora: bnb (bitsandbytes, HF/PEFT/axolotl) | torchao (NF4Tensor, "
                                        "torchtune) | bnb-legacy (bitsandbytes < 0.43.2: keeps each 4-bit linear's "
                                        "16-bit input) [bnb]"),

@@ -58,6 +58,7 @@ compile            False           torch/fsdp2: decoder layers torch.compile'd o
                                    tensors as inductor's min-cut partitioner keeps them (trainmem/memory/compile.py)
 lora_rank          0               0 = full fine-tuning
 qlora              False           NF4 base weights (needs lora_rank > 0)
+load_in_8bit       False           LoRA over LLM.int8 base weights (bitsandbytes 0.41: memory/int8.py)
 qlora_impl         bnb (qlora)     bnb (bitsandbytes Params4bit: quant state replicated under FSDP) | torchao (NF4Tensor)
                                    | bnb-legacy (bitsandbytes < 0.43.2: MatMul4Bit keeps its 16-bit input)
 adapter_dtype      fp32 (LoRA)     fp32 (PEFT's autocast_adapter_dtype=True) | bf16 (a bf16 base's dtype: torchtune,
@@ -227,6 +228,10 @@ class TrainingSetup(BaseModel):
     (PEFT 0.21 ``tuners/lora/layer.py`` ``update_layer``: ``nn.Dropout(p)``, else ``nn.Identity``), which keeps its
     bool mask and hands lora_A a new tensor to save (memory/activations.py ``lora_dropout_terms``)."""
     qlora: bool = False
+    load_in_8bit: bool = False
+    """With LoRA: LLM.int8 base weights (HF ``load_in_8bit=True``, axolotl ``load_in_8bit: true``) as bitsandbytes 0.41
+    runs them: 1 B per decoder-layer linear weight, and each int8 linear keeps its 16-bit input and an int8 copy of
+    it for backward (trainmem/memory/int8.py)."""
     qlora_impl: Literal["bnb", "bnb-legacy", "torchao"] | None = None
     """With ``qlora``: whose NF4 weights. ``bnb`` (default; HF/PEFT, TRL, axolotl, LLaMA-Factory, fsdp_qlora):
     bitsandbytes ``Params4bit`` — under FSDP only the packed 4-bit data is a parameter (``bnb_4bit_quant_storage``),
@@ -449,6 +454,8 @@ class TrainingSetup(BaseModel):
             object.__setattr__(self, "qlora_impl", "bnb")
         if self.qlora and self.lora_rank == 0:
             raise ValueError("--qlora needs --lora-rank > 0")
+        if self.load_in_8bit and (self.lora_rank == 0 or self.qlora or e != "torch"):
+            raise ValueError("--load-in-8bit (LLM.int8 base weights) needs --lora-rank > 0, no --qlora, and --engine torch")
         if self.lora_rank and e == "megatron":
             raise ValueError("LoRA is not modelled for the megatron engine; use torch, fsdp2 or deepspeed")
         if self.qlora and p == "fp32":

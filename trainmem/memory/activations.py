@@ -292,6 +292,10 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
         terms = _lora_terms(spec, setup, layer_idx, terms)
     if setup.qlora and setup.qlora_impl == "bnb-legacy":  # bitsandbytes < 0.43.2 keeps each 4-bit linear's input
         terms.append(_bnb_legacy_term(spec, setup, layer_idx, T))
+    if setup.load_in_8bit:  # LLM.int8: MatMul8bitLt keeps A and CAt (memory/int8.py)
+        from trainmem.memory.int8 import int8_saved_bytes_per_token
+        keeps, frozen = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup), layer_idx == 0 and not lora_input_requires_grad(setup)
+        terms.append(Term("int8_matmul_saved", "mlp", int8_saved_bytes_per_token(spec, setup, layer_idx, keeps, frozen) * T, False))
     out: list[Term] = []
     for t in terms:
         # torch TP (fsdp2): PrepareModuleInput all-gathers the sequence-parallel norm output and the

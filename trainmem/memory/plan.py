@@ -208,6 +208,9 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
         # bitsandbytes dequantises each NF4 weight to a 16-bit temporary for its matmul: the largest
         # (an MLP projection, h × i) is alive with the layer's working tensors
         plan.fwd_tmp += 2 * h * max(spec.intermediate_size, spec.moe_intermediate_size) // s.tp
+    if s.load_in_8bit:  # LLM.int8's igemmlt temporaries at its widest linear (memory/int8.py)
+        from trainmem.memory.int8 import int8_forward_transient_bytes
+        plan.fwd_tmp += int8_forward_transient_bytes(spec, T)
     plan.gstream = r * T * h // sp_div
     # The input norm's backward: RMSNorm differentiates its fp32 arithmetic (three fp32 tensors of width h
     # alive together, traced); nn.LayerNorm's fused backward makes one input gradient. The final norm's

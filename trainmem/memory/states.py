@@ -133,7 +133,7 @@ def rank_params(spec: ModelSpec, setup: TrainingSetup, stage: int = 0) -> RankPa
         trainable = total
     return RankParams(total=total + lora, trainable=trainable, matmul=mm + head_mm, embedding=emb,
                       lm_head=head, layers=tuple(per_layer), layer_matmul=tuple(per_layer_mm),
-                      frozen_quantized=mm if setup.qlora else 0, stage=stage, n_layers_stage=len(layers))
+                      frozen_quantized=mm if setup.qlora or setup.load_in_8bit else 0, stage=stage, n_layers_stage=len(layers))
 
 
 def param_bytes_per_elem(setup: TrainingSetup) -> int:

@@ -57,6 +57,8 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
         raise _no("--optimizer-in-backward (per-parameter optimizers in post-accumulate-grad hooks)")
     if s.optimizer in PAGED_OPTIMIZERS:
         raise _no(f"{s.optimizer} (bitsandbytes paged optimizer: CUDA managed memory)")
+    if s.load_in_8bit:
+        raise _no("--load-in-8bit (bitsandbytes int8 kernels)")
     if s.qlora:
         raise _no("LoRA/QLoRA fine-tuning (not traced yet)")
     if s.lora_rank and any(t.lower().startswith("qkv.") for t in s.lora_targets):

@@ -46,6 +46,10 @@ def lora_base(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str
         notes.append("QLoRA: NF4 base weights, block 64, double quantisation (≈0.516 B/weight); "
                      "embeddings, norms and LM head 16-bit")
         notes.append("QLoRA: each NF4 weight is dequantised to a 16-bit temporary for its matmul")
+    elif s.load_in_8bit:  # LLM.int8 (memory/int8.py)
+        from trainmem.memory.int8 import INT8_NOTE, int8_base_bytes
+        base = int8_base_bytes(spec, rp.frozen_quantized) + 2 * (frozen - rp.frozen_quantized)
+        notes.append(INT8_NOTE)
     else:
         base = frozen * (4 if s.precision == "fp32" else 2)
     if s.adapter_dtype == "bf16":
