@@ -1,11 +1,14 @@
 """Judge ``trainmem doctor`` on public OOM threads: is its first cause the one the resolution shows, and is the
 fix that worked among the fixes it offers?
 
-Data: ``benchmarks/oom_threads.json`` — 41 GitHub threads of LLM training stacks (LLaMA-Factory, litgpt, torchtune,
+Data: ``benchmarks/oom_threads.json`` — 53 GitHub threads of LLM training stacks (LLaMA-Factory, litgpt, torchtune,
 TRL, transformers, DeepSpeed configs, bitsandbytes, unsloth, axolotl, ...) with the error as posted, the stated setup
 written as trainmem setup fields, and the resolution that worked, stated in the thread by the reporter or a
 maintainer. The cause and the fix labels were assigned from the resolution before the doctor was run. The held-out
 split is whole repositories, frozen 2026-12-01 before any rule was changed; rules were changed from dev threads only.
+A second held-out batch (``held_out_2``: 12 threads of 12 more repositories) was collected and frozen 2026-12-02, after
+the first held-out split had been scored and after that day's rule change, before the doctor was run on it; it is
+reported apart.
 
 For each thread the doctor gets what a user would give it: the error text (``--error``; the bare
 ``torch.cuda.OutOfMemoryError: CUDA out of memory.`` line where the thread states an OOM without pasting the message),
@@ -39,6 +42,9 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT / "benchmarks" / "oom_threads.json"
 DOC = ROOT / "docs" / "doctor.md"
 BARE_OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory."
+SPLITS = ("dev", "held_out", "held_out_2")
+"""The splits, reported apart: dev (rules changed from it), held-out (frozen 2026-12-01), the second held-out batch
+(frozen 2026-12-02)."""
 
 #: fix label → pattern on a fix's action text (the doctor's wording: trainmem/doctor/fixes.py, trainmem/plan/compare.py)
 FIX_LABELS: dict[str, str] = {
@@ -145,9 +151,13 @@ def _row(label: str, s: dict) -> str:
             f"| {_pct(s['undetermined'], n)} | {_pct(s['fix_offered'], n)} |")
 
 
+def _label(split: str) -> str:
+    return {"held_out_2": "held-out batch 2"}.get(split, split.replace("_", "-"))
+
+
 def table(rows: list[Judged]) -> str:
     lines = [_HEAD[0].format(what="split"), _HEAD[1]]
-    lines += [_row(split.replace("_", "-"), summary(rows, split)) for split in ("dev", "held_out")]
+    lines += [_row(_label(split), summary(rows, split)) for split in SPLITS if summary(rows, split)["threads"]]
     return "\n".join(lines)
 
 
@@ -159,9 +169,10 @@ def baseline_table() -> str:
 
 def pasted_table(rows: list[Judged]) -> str:
     lines = [_HEAD[0].format(what="split, error text"), _HEAD[1]]
-    for split in ("dev", "held_out"):
+    for split in SPLITS:
         for pasted, what in ((True, "error text from the thread"), (False, "bare OOM line")):
-            lines.append(_row(f"{split.replace('_', '-')}, {what}", summary(rows, split, pasted)))
+            if summary(rows, split, pasted)["threads"]:
+                lines.append(_row(f"{_label(split)}, {what}", summary(rows, split, pasted)))
     return "\n".join(lines)
 
 
@@ -172,7 +183,7 @@ def thread_lines(rows: list[Judged], data: dict) -> list[str]:
     for r in rows:
         t = by[r.id]
         mark = "=" if r.cause_ok else "?" if r.undetermined else "≠"
-        out.append(f"| [{r.id}]({t['url']}) | {r.split.replace('_', '-')} | {r.expected} | {mark} {r.top} "
+        out.append(f"| [{r.id}]({t['url']}) | {_label(r.split)} | {r.expected} | {mark} {r.top} "
                    f"({r.likelihood:.2f}) | {', '.join(t['fixes'])} | {'yes' if r.fix_ok else 'no'}: "
                    f"{', '.join(r.offered) or '—'} |")
     return out
@@ -180,6 +191,7 @@ def thread_lines(rows: list[Judged], data: dict) -> list[str]:
 
 def markdown(rows: list[Judged], data: dict) -> str:
     held = ", ".join(data["held_out_repos"])
+    second = data.get("held_out_2", {})
     return "\n".join([
         "# The doctor on real OOM reports",
         "",
@@ -192,6 +204,11 @@ def markdown(rows: list[Judged], data: dict) -> str:
         f"held-out split is whole repositories, frozen {data['frozen']} before any rule was changed ({held}); rules "
         "were changed from dev threads only. `undetermined` (the doctor says it cannot tell, and what would decide) "
         "is counted apart, never as a guess.",
+        "",
+        f"Held-out batch 2 ({len(second.get('repos', ()))} repositories: {', '.join(second.get('repos', ()))}) was "
+        f"collected and frozen {second.get('frozen', '?')}, after the first held-out split had been scored and after "
+        "that day's rule change (the 'more GPUs' fix), before the doctor was run on it; no rule was changed after "
+        "seeing it.",
         "",
         table(rows),
         "",
@@ -220,6 +237,9 @@ def markdown(rows: list[Judged], data: dict) -> str:
         "* **a 4-bit quantized base (QLoRA)** — LoRA runs whose frozen base is at least 30 % of the peak;",
         "* **a bigger GPU** — the smallest catalog GPU on which the unchanged setup fits, with its step time against "
         "the run's GPU (not compared when the GPU was given only as a memory size);",
+        "* **more GPUs** — the fewest GPUs of the run's type (2 to 8, then 16, 32, 64; tensor/pipeline layout kept) over "
+        "which the model states, sharded (the run's own FSDP2 / ZeRO-3 / Megatron distributed optimizer, else "
+        "DeepSpeed ZeRO-2 then ZeRO-3), fit — offered with the bigger GPU;",
         "* **freeing a stale copy at save or resume** — when frames or lines show `save_pretrained`, "
         "`_save_checkpoint`, `merge_and_unload`, `torch.save`, or a resume (`_load_optimizer_and_scheduler`, "
         "`load_state`, `torch.load` to a GPU `map_location`): load to the CPU / move the copy to the CPU before "

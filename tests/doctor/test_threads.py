@@ -48,7 +48,7 @@ def test_threads_are_whole() -> None:
         assert set(t) == FIELDS, t["id"]
         assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull|discussions)/\d+", t["url"]), t["id"]
         assert "/".join(t["url"].split("/")[3:5]).lower() == t["repo"].lower(), t["id"]
-        assert t["split"] in ("dev", "held_out") and t["cause"] in CAUSES and t["cause"] != "none", t["id"]
+        assert t["split"] in _bench().SPLITS and t["cause"] in CAUSES and t["cause"] != "none", t["id"]
         assert t["fixes"] and set(t["fixes"]) <= labels, t["id"]
         assert t["resolved_by"] in ("reporter", "maintainer", "collaborator") and t["resolution"].strip(), t["id"]
         assert (t["error"] is None) == t["error_source"].startswith("none posted"), t["id"]
@@ -65,6 +65,19 @@ def test_held_out_is_whole_repositories() -> None:
     assert held == sorted(data["held_out_repos"])
     n_held = sum(t["split"] == "held_out" for t in data["threads"])
     assert 10 <= n_held < len(data["threads"]) - 10  # both splits large enough to report
+
+
+def test_second_held_out_batch_is_new_repositories() -> None:
+    """held_out_2: >= 12 threads, its repositories listed, frozen with its date, none in the other splits or the
+    excluded list (collected after the first held-out split was scored)."""
+    data = _bench().load()
+    meta = data["held_out_2"]
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", meta["frozen"]) and meta["frozen"] > data["frozen"]
+    second = [t for t in data["threads"] if t["split"] == "held_out_2"]
+    assert len(second) >= 12 and sorted({t["repo"] for t in second}, key=str.lower) == meta["repos"]
+    others = {t["repo"].lower() for t in data["threads"] if t["split"] != "held_out_2"}
+    others |= {"/".join(x["url"].split("/")[3:5]).lower() for x in data["excluded"]}
+    assert not {r.lower() for r in meta["repos"]} & others
 
 
 @pytest.mark.parametrize(("action", "label"), [
@@ -92,7 +105,7 @@ def test_no_label_for_unrelated_actions() -> None:
 def test_summary_counts_undetermined_apart() -> None:
     b = _bench()
     rows = _rows()
-    for split in ("dev", "held_out"):
+    for split in b.SPLITS:
         s = b.summary(list(rows), split)
         assert s["cause_right"] + s["cause_wrong"] + s["undetermined"] == s["threads"] > 0
         assert all(r.top != "undetermined" or not r.cause_ok for r in rows)
@@ -119,3 +132,9 @@ def test_readme_figures_are_the_scripts() -> None:
         dev["threads"] + held["threads"], dev["cause_right"], dev["threads"], held["cause_right"], held["threads"],
         dev["undetermined"], held["undetermined"], dev["fix_offered"], dev["threads"], held["fix_offered"],
         held["threads"]]
+    m2 = re.search(r"On a second held-out batch of (\d+) threads .*? the first cause is the resolution's on "
+                   r"(\d+)/(\d+) \((\d+) `undetermined`\) and the fix that worked is offered on (\d+)/(\d+)\.", text)
+    assert m2, "README's figures of the second held-out batch"
+    h2 = b.summary(list(_rows()), "held_out_2")
+    assert [int(x) for x in m2.groups()] == [h2["threads"], h2["cause_right"], h2["threads"], h2["undetermined"],
+                                             h2["fix_offered"], h2["threads"]]
