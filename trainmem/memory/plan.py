@@ -8,7 +8,7 @@ Everything here is a pure function of the model, the setup and the rank's parame
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainmem.memory.activations import (LayerSaved, checkpoint_input_elem_bytes, compute_bytes, derived_attn,
                                          derived_mode, eager_softmax_bytes,
@@ -158,13 +158,15 @@ def kept_per_layer(spec: ModelSpec, s: TrainingSetup) -> list[int]:
 def _layer_kinds(spec: ModelSpec, s: TrainingSetup, layer_ids: list[int], fp8: bool = False) -> list[LayerSaved]:
     """Layers of one kind (dense / MoE) save the same: one layer_saved per kind. (LoRA without
     checkpointing: layer 0 saves less, nothing before its first adapter, activations.py)"""
-    def kind_of(i: int) -> tuple[bool, bool]:
-        return i in spec.moe_layer_indices, s.is_lora and i == 0
+    view = getattr(spec.derived, "for_layer", None)  # (an encoder–decoder's stacks: trainmem/model/derive_seq2seq.py)
 
-    kinds: dict[tuple[bool, bool], LayerSaved] = {}
+    def kind_of(i: int) -> tuple[bool, bool, str]:
+        return i in spec.moe_layer_indices, s.is_lora and i == 0, spec.derived.kind_of(i) if view else ""
+
+    kinds: dict[tuple[bool, bool, str], LayerSaved] = {}
     for i in layer_ids:
         if kind_of(i) not in kinds:
-            kinds[kind_of(i)] = layer_saved(spec, s, i, fp8=fp8)
+            kinds[kind_of(i)] = layer_saved(replace(spec, derived=view(i, s)) if view else spec, s, i, fp8=fp8)
     return [kinds[kind_of(i)] for i in layer_ids]
 
 

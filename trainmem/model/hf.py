@@ -903,6 +903,11 @@ def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str = "") 
         cfg = {**text, "model_type": "gemma3_text"}
         model_type, top_level, where = "gemma3_text", False, "config.json text_config"
     builder = _BUILDERS.get(str(model_type))
+    from trainmem.model.derive_seq2seq import is_seq2seq
+    if builder is None and is_seq2seq(cfg):  # encoder–decoder: T5, mT5, BART ... (trainmem/model/derive_seq2seq.py)
+        from trainmem.model.derive_seq2seq import seq2seq_spec
+        return seq2seq_spec(cfg, name=name, source=source, described=", ".join(SUPPORTED_MODEL_TYPES),
+                            max_layers=MAX_LAYERS, activations=KNOWN_ACTIVATIONS)
     if builder is None:  # no description here: derive one from transformers itself (needs torch)
         from trainmem.model.derive import derive_spec
         return derive_spec(cfg, name=name, source=source, described=", ".join(SUPPORTED_MODEL_TYPES),
