@@ -67,6 +67,11 @@ def build_spec(spec: ModelSpec, **setup_fields: object) -> tuple[ModelSpec, Trai
         notes = apply_stack(fields, _stack_target(spec))
     notes += precision_notes(fields)
     setup = make_setup(**fields)
+    if spec.multimodal_config:  # Gemma 3 with images: the whole Gemma3ForConditionalGeneration (trainmem/model/vlm.py)
+        from trainmem.model.hf import spec_from_hf_config
+        from trainmem.model.vlm import with_vision
+        spec = with_vision(spec, setup.image_tokens, setup.train_vision or setup.train_projector,
+                           lambda text, n, src: spec_from_hf_config(text, name=n, source=src))
     if spec.n_params > MAX_PARAMS:
         raise ConfigError(f"{spec.name}: {spec.n_params:.3g} parameters is above trainmem's limit of {MAX_PARAMS:.0e}")
     notes += default_notes(spec, fields)

@@ -101,6 +101,12 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
                                              "torchtune, PEFT autocast_adapter_dtype=False) [fp32]"),
     ("offload_activations", _B, "--offload-activations", "saved activations to pinned host memory (torchtune/TRL "
                                                          "OffloadActivations, axolotl activation_offloading)"),
+    ("image_tokens", _I, "--image-tokens", "vision-language models: visual tokens per sample, counted in --seq-len "
+                                           "(Qwen2.5-VL: (H/14)(W/14)/4 per image; LLaVA-1.5: 576) [0]"),
+    ("train_vision", _B, "--train-vision", "VLMs: train the vision tower and projector [frozen]"),
+    ("freeze_vision", _B, "--freeze-vision", "VLMs: vision tower and projector frozen (the default: LLaMA-Factory, "
+                                             "ms-swift)"),
+    ("train_projector", _B, "--train-projector", "VLMs: train the projector only, the tower frozen"),
     ("stack", _S, "--stack", "a framework's shipped defaults for the flags not given: hf-trainer|trl|torchtune|"
                              "litgpt|axolotl|llama-factory|unsloth|ms-swift|torchtitan|megatron|megatron-bridge|deepspeed|"
                              "llm-foundry|accelerate (docs/stacks.md)"),

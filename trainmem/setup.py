@@ -64,6 +64,9 @@ qlora_impl         bnb (qlora)     bnb (bitsandbytes Params4bit: quant state rep
 adapter_dtype      fp32 (LoRA)     fp32 (PEFT's autocast_adapter_dtype=True) | bf16 (a bf16 base's dtype: torchtune,
                                    PEFT autocast_adapter_dtype=False): adapters, their grads and optimizer states
 offload_activations False          saved tensors to pinned host memory (torchtune/TRL OffloadActivations; axolotl)
+image_tokens       0               vision-language models: visual tokens per sample, part of seq_len (trainmem/model/vlm.py)
+train_vision       False           VLMs: train the vision tower and projector (default frozen: LLaMA-Factory, ms-swift)
+train_projector    False           VLMs: train the projector only (LLaMA-Factory freeze_multi_modal_projector: false)
 gpu                H100-SXM-80G    a name from the hardware catalog
 gpu_memory         catalog's       bytes of memory of the GPU (overrides the catalog)
 stack              none            a framework's shipped defaults for the fields not given (trainmem.frameworks)
@@ -256,6 +259,19 @@ class TrainingSetup(BaseModel):
     """``--attn flex``: FlexAttention (torchtitan ``attn_type = "flex"``, HF ``attn_implementation="flex_attention"``),
     compiled: it saves what the fused SDPA kernels save, plus a causal block mask per batch (``attn`` is then
     ``sdpa``; trainmem/memory/flex_attention.py)."""
+    image_tokens: int = Field(0, ge=0)
+    """Vision-language models: the visual tokens one sample feeds the language model, counted in ``seq_len`` (the
+    processor expands each image placeholder in ``input_ids``). Qwen2.5-VL / Qwen2-VL: (H/14)·(W/14)/4 per image
+    (14-px patches, the merger joins 2×2); LLaVA-1.5: 576 per image (trainmem/model/vlm.py)."""
+    train_vision: bool = False
+    """VLMs: the vision tower and the projector are trained. Default frozen (``requires_grad=False``), as
+    LLaMA-Factory's ``freeze_vision_tower`` and ``freeze_multi_modal_projector`` (default True, hparams/
+    finetuning_args.py @ 00577a8) and ms-swift's ``freeze_vit`` / ``freeze_aligner`` (default True)."""
+    freeze_vision: bool = False
+    """``--freeze-vision``: the default, stated (the vision tower and projector frozen)."""
+    train_projector: bool = False
+    """VLMs: the projector (LLaVA's multi_modal_projector, Qwen's visual.merger) trained, the tower frozen
+    (LLaMA-Factory ``freeze_multi_modal_projector: false``)."""
     device_map: Literal["auto"] | None = None
     """``auto``: HF ``from_pretrained(device_map="auto")`` — one process, the layers split over ``gpus`` GPUs by
     accelerate's balanced map, one GPU busy at a time; HF Trainer adds no DDP (trainmem/memory/device_map.py)."""
@@ -301,6 +317,11 @@ class TrainingSetup(BaseModel):
             # (torchtitan/models/llama3/infra/parallelize.py apply_fsdp: ``not pp_enabled``)
             object.__setattr__(self, "zero", 2 if (e == "fsdp2" and self.pp > 1) else _ZERO_DEFAULT[e])
         self._resolve_parallel_defaults()
+        if self.freeze_vision and (self.train_vision or self.train_projector):
+            raise ValueError("--freeze-vision contradicts --train-vision / --train-projector")
+        if self.image_tokens > self.seq_len:
+            raise ValueError(f"--image-tokens {self.image_tokens} is above --seq-len {self.seq_len}: the image tokens "
+                             "are part of the language model's sequence")
         if self.loss_chunks is None and self.loss == "chunked":
             object.__setattr__(self, "loss_chunks", 8)
         if self.loss == "cce" and self.tp > 1:

@@ -128,6 +128,12 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
     stages to simulate (default: those that can be the most loaded, :func:`candidate_stages`; the planner
     asks for one stage of an uneven split)."""
     validate_for_model(setup, spec)
+    if spec.vision is not None or setup.image_tokens or setup.train_vision or setup.train_projector:
+        from trainmem.memory.vision import vision_refusal  # (vision-language models: trainmem/model/vlm.py)
+        why = vision_refusal(spec, setup)
+        if why:
+            from trainmem.errors import UnsupportedError
+            raise UnsupportedError(why)
     gpu: GPU = get_gpu(setup.gpu)
     if setup.gpu_memory:
         import dataclasses
@@ -256,7 +262,8 @@ def fp8_weight_cache_bytes(spec: ModelSpec, setup: TrainingSetup, stage: int) ->
 
 def _n_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
     if not setup.is_lora:
-        return spec.n_params
+        from trainmem.memory.vision import vision_frozen_params
+        return spec.n_params - vision_frozen_params(spec, setup)
     from trainmem.memory.states import lora_param_count
     return lora_param_count(spec, setup)
 
@@ -294,6 +301,9 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
         out.append(f"{spec.name}: " + spec.source)
     if spec.derived is not None:  # (trainmem/model/derive.py)
         out.append(spec.derived.note)
+    if spec.vision is not None:  # (trainmem/model/vlm.py, memory/vision.py)
+        from trainmem.memory.vision import vision_notes
+        out.extend(vision_notes(spec, s))
     layerdrop = spec.hf_config.get("layerdrop") if spec.model_type == "opt" else None
     if isinstance(layerdrop, (int, float)) and not isinstance(layerdrop, bool) and layerdrop > 0:
         out.append(f"opt layerdrop {layerdrop}: every layer is counted (OPTDecoder skips each layer with that "

@@ -73,6 +73,13 @@ class StepPlan:
     their own backward at the very end (:func:`_tied_head_embedding_part`)."""
     emb_backward_transient: int = 0
     """Bytes alive with it (torch TP's full-vocabulary gradient before its reduce-scatter)."""
+    vision_saved: int = 0
+    """A VLM's vision tower + projector: what they keep from their forward (before layer 0) to their backward
+    (after the embedding's), per micro-batch (trainmem/memory/vision.py)."""
+    vision_fwd_tmp: int = 0
+    """Their forward's transient peak above that."""
+    vision_train: int = 0
+    """Elements of the gradients their backward makes (0 when frozen)."""
     mlp_gated: bool = True
     compute_bytes: int = 2
 
@@ -110,8 +117,7 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
     first, last = rp.stage == 0, rp.stage == s.pp - 1
     layer_ids = list(layers_of_stage(spec, s, rp.stage))
     layer_params = list(rp.layers)
-    frac = (rp.trainable / rp.total) if rp.total else 0.0
-    layer_train = [int(p * frac) for p in layer_params]
+    layer_train = list(layer_params)  # (full fine-tuning: every layer trained; LoRA below)
     head_train = rp.lm_head if last else 0
     if s.is_lora:  # adapters of each layer; BERT/RoBERTa's MLM-transform adapter with the head
         layer_train = [lora_param_count(spec, s, range(i, i + 1), False) for i in layer_ids]
@@ -137,6 +143,10 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
         head_copy=head_copy, tokens=s.micro_batch * s.seq_len // s.cp, act_per_layer=saved[0] if saved else 0,
         mlp_gated=spec.mlp_gated)
     _set_transients(spec, s, plan)
+    if first and spec.vision is not None:  # (trainmem/memory/vision.py)
+        from trainmem.memory.vision import vision_forward_transient_bytes, vision_saved_bytes, vision_trainable_params
+        plan.vision_saved, plan.vision_fwd_tmp = vision_saved_bytes(spec, s), vision_forward_transient_bytes(spec, s)
+        plan.vision_train = vision_trainable_params(spec, s)
     plan.emb_grad, plan.emb_backward_transient = _embedding_backward(spec, s, plan.emb_train)
     plan.emb_tied = _tied_head_embedding_part(spec, s, plan.emb_train)
     if bulk:

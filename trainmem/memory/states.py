@@ -121,7 +121,8 @@ def rank_params(spec: ModelSpec, setup: TrainingSetup, stage: int = 0) -> RankPa
         head = pc.lm_head // tp + pc.final_norm + pc.other
         if spec.tie_word_embeddings and setup.pp > 1:
             head += pc.embedding // tp  # untied copy on the last stage (Megatron keeps both)
-    total = emb + head + sum(per_layer)
+    vision = pc.vision if first else 0  # a VLM's tower + projector (they run before layer 0: memory/vision.py)
+    total = emb + head + sum(per_layer) + vision
     lora = lora_param_count(spec, setup, layers_of_stage(spec, setup, stage), last) if setup.is_lora else 0
     mm = sum(per_layer_mm)
     head_mm = (pc.lm_head // tp) if last and pc.lm_head else 0
@@ -130,7 +131,8 @@ def rank_params(spec: ModelSpec, setup: TrainingSetup, stage: int = 0) -> RankPa
     if setup.is_lora:
         trainable = lora
     else:
-        trainable = total
+        from trainmem.memory.vision import vision_frozen_params
+        trainable = total - (vision_frozen_params(spec, setup) if first else 0)
     return RankParams(total=total + lora, trainable=trainable, matmul=mm + head_mm, embedding=emb,
                       lm_head=head, layers=tuple(per_layer), layer_matmul=tuple(per_layer_mm),
                       frozen_quantized=mm if setup.qlora or setup.load_in_8bit else 0, stage=stage, n_layers_stage=len(layers))

@@ -85,7 +85,9 @@ class StepWalk:
         tl, p = self.tl, self.plan
         tl.mark(f"forward mb{mb}")
         self.eng.forward_start(mb)  # (FSDP2: every stage's root unit — embedding first, norm + LM head last)
-        if self.first:
+        if self.first:  # (a VLM's vision tower + projector run first: memory/vision.py)
+            tl.alloc(f"vis{mb}", "activations", p.vision_saved)
+            tl.spike(f"visfwd{mb}", "activations", p.vision_fwd_tmp)
             tl.alloc(f"emb{mb}", "activations", embedding_saved(self.spec, self.s))
         tl.alloc(f"wide{mb}", "activations", p.wide)
         for j in range(len(p.layer_ids)):
@@ -258,6 +260,8 @@ class StepWalk:
             tl.free(f"ligergw{mb}.g_emb")  # (fused linear CE, tied, second micro-batch on: added now)
             tl.free(f"embfull{mb}")
             tl.free(f"emb{mb}")
+            eng.grad("g_vis", p.vision_train, mb)  # (a VLM's tower backward runs last)
+            tl.free(f"vis{mb}")
         tl.free(f"wide{mb}")
         tl.free(f"vpp{mb}")
         eng.backward_end(mb)

@@ -878,7 +878,9 @@ _BUILDERS: dict[str, _Builder] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "falcon": _falcon, "bert": _bert, "roberta": _bert,
     "nemotron": _nemotron, "opt": _opt, "qwen": _qwen,
 }
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*_BUILDERS, "gemma3"]))
+_VLM_TYPES = ("llava", "qwen2_5_vl", "qwen2_vl")
+"""Vision-language model_types (trainmem/model/vlm.py ``VLM_MODEL_TYPES``; kept here: no import of it at load)."""
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*_BUILDERS, "gemma3", *_VLM_TYPES]))
 """HF ``model_type`` values understood (``gemma3`` = a multimodal config; its text_config is used)."""
 
 
@@ -896,6 +898,11 @@ def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str = "") 
         raise ConfigError("config.json lacks 'model_type'")
     top_level = True
     where = "config.json"
+    multimodal = dict(cfg) if model_type == "gemma3" and isinstance(cfg.get("vision_config"), Mapping) else {}
+    if model_type in _VLM_TYPES:  # vision-language: tower + projector from transformers (trainmem/model/vlm.py)
+        from trainmem.model.vlm import vlm_spec
+        return vlm_spec(cfg, name=name, source=source,
+                        text_spec=lambda text, n, src: spec_from_hf_config(text, name=n, source=src))
     if model_type == "gemma3":  # Gemma3ForConditionalGeneration: train its text model alone
         text = cfg.get("text_config")
         if not isinstance(text, Mapping):
@@ -916,4 +923,8 @@ def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str = "") 
     spec = builder(c, name, source, top_level)
     _check_model(c, spec)
     from trainmem.model.heads import with_head
-    return with_head(spec, cfg, where)
+    spec = with_head(spec, cfg, where)
+    if multimodal:  # Gemma 3: its tower joins when a setup asks for images (trainmem/model/vlm.py with_vision)
+        import dataclasses
+        spec = dataclasses.replace(spec, multimodal_config=multimodal)
+    return spec

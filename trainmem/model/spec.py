@@ -56,11 +56,13 @@ class ParamCounts:
     MLM head (transform dense + LayerNorm + decoder bias; decoder weight tied)."""
     other: int = 0
     """Anything else (pooler, etc.)."""
+    vision: int = 0
+    """A vision-language model's vision tower and projector (``trainmem.model.vlm``); 0 for a text model."""
 
     @property
     def total(self) -> int:
         return (self.embedding + self.position_embedding + sum(l.total for l in self.layers)
-                + self.final_norm + self.lm_head + self.other)
+                + self.final_norm + self.lm_head + self.other + self.vision)
 
     @property
     def layers_total(self) -> int:
@@ -151,6 +153,12 @@ class ModelSpec:
     derived: Any = field(default=None, compare=False, repr=False)
     """For a family without a layer description here: its ``trainmem.model.derive.DerivedLayers`` (what a
     layer saves, measured from transformers on demand; the engine paths it supports); None otherwise."""
+    vision: Any = field(default=None, compare=False, repr=False)
+    """A vision-language model's ``trainmem.model.vlm.VisionTower`` (sizes, what it saves, measured on demand);
+    the other fields describe its language model. None for a text model."""
+    multimodal_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The multimodal config.json a text model was taken from (Gemma 3's ``Gemma3ForConditionalGeneration``: its text
+    model alone by default); a setup with images builds it whole (``trainmem.model.vlm.with_vision``). {} otherwise."""
 
     @property
     def output_size(self) -> int:

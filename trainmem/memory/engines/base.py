@@ -38,8 +38,8 @@ def lora_base(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str
     with --qlora). Full fine-tuning: (the recipe's parameter bytes, 0)."""
     from trainmem.memory.states import param_bytes_per_elem
 
-    if not s.is_lora:
-        return param_bytes_per_elem(s), 0
+    if not s.is_lora:  # (a VLM's frozen vision tower is stored as the rest: memory/vision.py)
+        return param_bytes_per_elem(s), (rp.total - rp.trainable) * param_bytes_per_elem(s)
     frozen = rp.total - rp.trainable
     if s.qlora:
         base = qlora_base_bytes(rp.frozen_quantized) + 2 * (frozen - rp.frozen_quantized)

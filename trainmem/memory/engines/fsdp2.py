@@ -225,6 +225,6 @@ class FSDP2Engine(Engine):
         # the outstanding collectives and drops their buffers
         p = self.plan
         self.tl.free("root")  # resharded after backward, before its reduce-scatter (as a layer's unit)
-        self.reduce(["g_emb", "g_head", "g_pos"], p.emb_train + p.head_train)
+        self.reduce(["g_emb", "g_head", "g_pos", "g_vis"], p.emb_train + p.head_train + p.vision_train)
         self.tl.free("rs_state")
         self.tl.free("ag_state")
