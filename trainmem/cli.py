@@ -13,6 +13,45 @@ import sys
 # The CLI process does not need pydantic's plugin discovery (an entry-point scan on every start).
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
+
+class _NoPluginLoader:
+    """With every pydantic plugin disabled, the plugin loader pydantic imports for its first model is not needed.
+
+    pydantic 2.14 ``plugin/_schema_validator.py`` ``create_schema_validator`` imports ``plugin/_loader.py``, whose
+    ``get_plugins()`` returns ``()`` when ``PYDANTIC_DISABLE_PLUGINS`` is ``__all__`` — but that module imports
+    ``importlib.metadata`` first (with ``email``, ``zipfile``, ``csv``: ~25 ms of a CLI start). This import hook
+    (only when plugins are off: a value the user set is kept) gives that module as one whose ``get_plugins()``
+    returns ``()``; any other name asked of it loads pydantic's own module.
+    """
+
+    NAME = "pydantic.plugin._loader"
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
+        if fullname != self.NAME or os.environ.get("PYDANTIC_DISABLE_PLUGINS") != "__all__":
+            return None
+        from importlib.machinery import ModuleSpec
+        return ModuleSpec(fullname, self)
+
+    def create_module(self, spec: object) -> None:
+        return None
+
+    def exec_module(self, module: object) -> None:
+        module.get_plugins = lambda: ()  # type: ignore[attr-defined]
+        module.__getattr__ = self._real  # type: ignore[attr-defined]
+
+    def _real(self, attr: str) -> object:
+        if attr.startswith("__"):  # the import system's probes (``__path__``, ...)
+            raise AttributeError(attr)
+        import importlib
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        sys.modules.pop(self.NAME, None)
+        return getattr(importlib.import_module(self.NAME), attr)
+
+
+if "pydantic.plugin._loader" not in sys.modules and not any(type(f).__name__ == "_NoPluginLoader" for f in sys.meta_path):
+    sys.meta_path.insert(0, _NoPluginLoader())
+
 import typer
 
 from trainmem import cli_options as opt
@@ -121,12 +160,34 @@ def _print_error(message: str, lang: str) -> None:
     print(f"{t('error', lang)}{sep}{tr(message, lang)}", file=sys.stderr)
 
 
+def _group(argv: list[str]) -> typer.core.TyperGroup:
+    """The click group that runs ``argv``: when ``argv`` starts with a command's name, a group of that command alone.
+
+    typer builds every parameter of every command of the group it is given (``typer/main.py``
+    ``get_group_from_info``, typer 0.29: a signature and type hints per command, ~50 options each): ~40 ms of a
+    start, for commands that do not run. The command alone parses, runs and refuses exactly as in the whole group
+    (same root options, same context); anything else (``--help``, ``--version``, a misspelt command and its
+    suggestion) gets the whole group.
+    """
+    import copy
+
+    def name(info: typer.models.CommandInfo) -> str:  # typer's own naming (typer/main.py get_command_name)
+        return info.name or info.callback.__name__.lower().replace("_", "-")  # type: ignore[union-attr]
+
+    chosen = [c for c in app.registered_commands if argv and name(c) == argv[0]]
+    if len(chosen) != 1 or app.registered_groups:
+        return typer.main.get_command(app)  # type: ignore[return-value]
+    one = copy.copy(app)
+    one.registered_commands = chosen
+    return typer.main.get_command(one)  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr and exit code 2 for any bad input (in ``--lang``'s language)."""
     lang = _argv_lang(sys.argv[1:] if argv is None else argv)
     try:
         from trainmem.cli_coercion import defer_coercion
-        defer_coercion(typer.main.get_command(app)).main(args=argv, standalone_mode=False)
+        defer_coercion(_group(sys.argv[1:] if argv is None else argv)).main(args=argv, standalone_mode=False)
     except TrainmemError as e:
         _print_error(str(e), lang)
         return 2
