@@ -5,7 +5,8 @@ Traced counterpart: tests/trace/test_cp_trace.py."""
 from __future__ import annotations
 
 from tests.memory.tiny_configs import TINY
-from trainmem.memory.activations import layer_saved, model_wide_saved_bytes
+from trainmem.memory.activations import layer_saved
+from trainmem.memory.layers.model_wide import model_wide_saved_bytes
 from trainmem.memory.context_parallel import RingShape, ring_backward_peak, ring_forward_peak
 from trainmem.model.hf import spec_from_hf_config
 from trainmem.setup import make_setup

@@ -14,9 +14,11 @@ from __future__ import annotations
 import pytest
 
 from tests.memory.tiny_configs import GPT_OSS_TINY
-from trainmem.memory.activations import (eager_softmax_bytes, gpt_oss_forward_peak_bytes,
-                                         gpt_oss_recompute_frame_bytes, layer_saved, model_wide_saved_bytes,
-                                         sink_attention_backward_bytes, sink_attention_forward_peak_bytes)
+from trainmem.memory.activations import layer_saved
+from trainmem.memory.gpt_oss_frames import (gpt_oss_forward_peak_bytes, gpt_oss_recompute_frame_bytes,
+                                            sink_attention_backward_bytes, sink_attention_forward_peak_bytes)
+from trainmem.memory.layers.attention import eager_softmax_bytes
+from trainmem.memory.layers.model_wide import model_wide_saved_bytes
 from trainmem.model.catalog import load_catalog_spec
 from trainmem.model.hf import spec_from_hf_config
 from trainmem.setup import make_setup

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING
 
 from dataclasses import replace
 
-from trainmem.memory.activations import (LAYER_MODELS, LayerModel, LayerSaved, Term, compute_bytes, is_amp, layer_saved,
-                                         residual_bytes)
+from trainmem.memory.activations import layer_saved
+from trainmem.memory.layers.base import LAYER_MODELS, LayerModel, LayerSaved, Term, compute_bytes, is_amp, residual_bytes
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
@@ -77,7 +77,7 @@ def compile_refusal(spec: ModelSpec, setup: TrainingSetup) -> str | None:
                 f"not for {spec.model_type}")
     if setup.attn == "eager":
         return "--compile is modelled with --attn sdpa or flash (a compiled eager softmax is not measured)"
-    from trainmem.memory.activations import sdpa_math_fallback, sliding_window_mask
+    from trainmem.memory.layers.base import sdpa_math_fallback, sliding_window_mask
     if sliding_window_mask(spec, setup) or sdpa_math_fallback(spec, setup):
         return ("--compile with a masked or math-kernel attention (sliding window, fp32 with GQA) is not modelled; "
                 "use a 16-bit recipe without a window")

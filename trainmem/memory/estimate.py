@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainmem.hardware import GPU, get_gpu
-from trainmem.memory.activations import is_amp
+from trainmem.memory.layers.base import is_amp
 from trainmem.memory.engines import ModelStates, engine_for
 from trainmem.memory.loss import loss_buffers
 from trainmem.memory.overhead import (CUDA_CONTEXT_BYTES, cuda_only_allocated_bytes, device_total_bytes,

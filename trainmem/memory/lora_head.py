@@ -30,7 +30,7 @@ Core module: no torch import.
 
 from __future__ import annotations
 
-from trainmem.memory.activations import adapters_16bit, compute_bytes, is_amp
+from trainmem.memory.layers.base import adapters_16bit, compute_bytes, is_amp
 from trainmem.model.lora_targets import LoraLinear, targeted_head_linear
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes
+from trainmem.memory.layers.base import compute_bytes, is_amp, residual_bytes
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
@@ -137,7 +137,7 @@ def _sp_final_norm_shard(spec: ModelSpec, setup: TrainingSetup, lb: LossBuffers)
         return lb
     from dataclasses import replace
 
-    from trainmem.memory.activations import residual_bytes
+    from trainmem.memory.layers.base import residual_bytes
     tokens = setup.micro_batch * setup.seq_len // setup.cp
     shard = residual_bytes(setup) * tokens * spec.hidden_size // setup.tp
     return replace(lb, forward_transient_bytes=lb.forward_transient_bytes + shard)

@@ -38,7 +38,7 @@ core_v0.19.0; TransformerEngine v2.9, 70f536662a):
   dispatched tokens (module/grouped_linear.py L198-231), the weighted SwiGLU its input and the per-token
   probs (fused_bias_swiglu.py L195-197, experts.py L827-834: probs are applied in the activation, so the
   unpermute keeps no expert output), fc2 its input. The router / dispatcher buffers are those of
-  :func:`trainmem.memory.activations._moe_terms`.
+  :func:`trainmem.memory.layers.mlp.moe_terms`.
 
 Korthikanti et al. 2022 §4 (34·s·b·h + 5·a·s²·b) is this with LayerNorm, GeLU MLP (i = 4h), MHA, unfused
 attention and dropout in 16 bits; Llama-style layers with flash/fused attention keep far less (no s² term,
@@ -49,8 +49,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainmem.memory.activations import (LAYER_MODELS, LayerModel, LayerSaved, Term, _moe_terms, compute_bytes,
-                                         residual_bytes)
+from trainmem.memory.layers.base import LAYER_MODELS, LayerModel, LayerSaved, Term, compute_bytes, residual_bytes
+from trainmem.memory.layers.mlp import moe_terms
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
@@ -250,9 +250,9 @@ def _moe_megatron_terms(spec: ModelSpec, setup: TrainingSetup, add, *, fp8: bool
     add("post_attention_norm", "norm", layernorm_linear_norm_saved_bytes_per_token(h, r, spec.norm == "layernorm"),
         tp_split=False)
     # the router's gating linear keeps the normalised input (16-bit; not a TE fp8 linear) and the router /
-    # dispatcher buffers as the transformers-derived model has them (activations._moe_terms)
+    # dispatcher buffers as the transformers-derived model has them (layers.mlp.moe_terms)
     hf_terms: dict[str, float] = {}
-    _moe_terms(spec, setup, lambda name, comp, per_token, tp_split=True: hf_terms.__setitem__(name, per_token))
+    moe_terms(spec, setup, lambda name, comp, per_token, tp_split=True: hf_terms.__setitem__(name, per_token))
     add("moe_input", "experts", float(c * h), tp_split=False)
     add("router", "router", hf_terms["router"], tp_split=False)
     add("expert_inputs", "experts", te_linear_input_saved_bytes_per_token(k * h, c, fp8))

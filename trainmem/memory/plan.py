@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from trainmem.memory.activations import (LayerSaved, checkpoint_input_elem_bytes, compute_bytes, derived_attn,
-                                         derived_mode, eager_softmax_bytes,
-                                         fused_attention_backward_bytes, gpt_oss_forward_peak_bytes, is_amp,
-                                         layer_saved, model_wide_saved_bytes, opt_embed_proj_dim, opt_post_ln,
-                                         plain_mlp_act_forward_extra_per_elem, plain_mlp_act_saved_per_elem,
-                                         relu2_backward_extra_per_elem, residual_bytes, sdpa_math_fallback,
-                                         sink_attention_backward_bytes, te_fp8_linears, torch_cp)
+from trainmem.memory.activations import layer_saved
+from trainmem.memory.gpt_oss_frames import gpt_oss_forward_peak_bytes, sink_attention_backward_bytes
+from trainmem.memory.layers.attention import eager_softmax_bytes, fused_attention_backward_bytes
+from trainmem.memory.layers.base import (LayerSaved, compute_bytes, derived_attn, derived_mode, is_amp,
+                                         opt_embed_proj_dim, opt_post_ln, residual_bytes, sdpa_math_fallback,
+                                         te_fp8_linears, torch_cp)
+from trainmem.memory.layers.mlp import (plain_mlp_act_forward_extra_per_elem, plain_mlp_act_saved_per_elem,
+                                        relu2_backward_extra_per_elem)
+from trainmem.memory.layers.model_wide import checkpoint_input_elem_bytes, model_wide_saved_bytes
 from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
 from trainmem.memory.states import RankParams, layers_of_stage, lora_param_count
 from trainmem.model.spec import ModelSpec

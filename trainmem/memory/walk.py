@@ -7,9 +7,9 @@ the recomputation of checkpointed layers), the optimizer step and ``zero_grad``.
 
 from __future__ import annotations
 
-from trainmem.memory.activations import (embedding_saved, gpt_oss_recompute_frame_bytes, head_saved,
-                                         lora_forward_frame_bytes, lora_head_frame_bytes, lora_recompute_frame_bytes,
-                                         recomputed_checkpoint_input_bytes)
+from trainmem.memory.gpt_oss_frames import gpt_oss_recompute_frame_bytes
+from trainmem.memory.layers.lora import lora_forward_frame_bytes, lora_head_frame_bytes, lora_recompute_frame_bytes
+from trainmem.memory.layers.model_wide import embedding_saved, head_saved, recomputed_checkpoint_input_bytes
 from trainmem.memory.act_offload import offloaded_host_bytes, stash_bytes, stash_window_layers
 from trainmem.memory.engines import Engine
 from trainmem.memory.lora_head import (head_adapter_backward_bytes, head_adapter_forward_bytes,

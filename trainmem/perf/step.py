@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from trainmem.hardware.cluster import GPUGroup, Link
-from trainmem.memory.activations import compute_bytes, is_amp, residual_bytes, sdpa_math_fallback, tp_only_fp32
+from trainmem.memory.layers.base import compute_bytes, is_amp, residual_bytes, sdpa_math_fallback, tp_only_fp32
 from trainmem.memory.states import layers_of_stage, rank_params
 from trainmem.model.spec import ModelSpec
 from trainmem.perf import calibration as cal

@@ -65,7 +65,7 @@ def _two_layer_model(spec: "ModelSpec", setup: "TrainingSetup"):  # noqa: ANN202
             cfg[key] = 0.0
     config = transformers.AutoConfig.for_model(model_type, **cfg)
     config.use_cache = False
-    from trainmem.memory.activations import is_amp
+    from trainmem.memory.layers.base import is_amp
     dtype = torch.float32 if (setup.precision == "fp32" or is_amp(setup)) else (
         torch.float16 if setup.precision in ("fp16", "amp-fp16") else torch.bfloat16)
     model = getattr(transformers, spec.architecture)._from_config(config, attn_implementation=setup.attn, dtype=dtype)
@@ -80,7 +80,7 @@ def trace_compiled_layer(spec: "ModelSpec", setup: "TrainingSetup") -> CompiledL
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    from trainmem.memory.activations import is_amp
+    from trainmem.memory.layers.base import is_amp
     from trainmem.memory.compile import compiled_layer_saved
 
     torch._dynamo.reset()

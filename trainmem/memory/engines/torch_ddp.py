@@ -4,7 +4,7 @@ states whole."""
 
 from __future__ import annotations
 
-from trainmem.memory.activations import is_amp
+from trainmem.memory.layers.base import is_amp
 from trainmem.memory.engines.base import Engine, ModelStates, lora_base
 from trainmem.memory.hf_adafactor import HF_ADAFACTOR, hf_adafactor_bytes
 from trainmem.memory.states import optimizer_state_bytes, optimizer_step_temp_bytes, paged_optimizer_state_bytes

@@ -1,0 +1,1 @@
+"""A decoder layer's saved tensors, by concern (see trainmem/memory/activations.py)."""
