@@ -81,4 +81,26 @@ PATTERNS: list[tuple[str, str]] = [
      "序列长度 s = {ss}、每批 1 和 2 条序列，得到每层为反向保存的张量，按 s 的一次项 + 二次项拟合，分每条序列与各序列共享两部分）；支持的引擎路径：torch、fsdp2、"
      "deepspeed 的数据并行，重计算 none 或 full（在该家族有专门描述之前，不支持 tp/pp/cp/ep、megatron、LoRA、"
      "选择性重计算、fp8 和卸载）"),
+    # ------------------------------------------------------------------ model/derive_seq2seq.py (encoder–decoder)
+    ("model_type {mt}: transformers {v:w} has no sequence-to-sequence LM class for it",
+     "model_type {mt}：transformers {v} 中没有它的序列到序列语言模型类"),
+    ("config.json ({c:w}): no encoder/decoder layer counts ({keys})",
+     "config.json（{c}）：没有编码器/解码器层数（{keys}）"),
+    ("config.json: {k1:w}({a}) and {k2:w}({b}) must be positive integers",
+     "config.json：{k1}({a}) 和 {k2}({b}) 必须是正整数"),
+    ("config.json: {n:d} layers are above trainmem's limit of {lim:d}",
+     "config.json：{n} 层超过了 trainmem 的上限 {lim}"),
+    ("--loss {l:w} is not modelled for {mt} (encoder–decoder: its forward runs CrossEntropyLoss itself); use --loss hf",
+     "{mt}（编码器–解码器：其 forward 自己调用 CrossEntropyLoss）不支持 --loss {l} 的建模；请用 --loss hf"),
+    ("--compile is not modelled for {mt} (encoder–decoder); leave it off",
+     "{mt}（编码器–解码器）不支持 --compile 的建模；请不要启用"),
+    ("{mt}: encoder–decoder, derived from transformers ({a} on the meta device for exact parameters; {ne:d} encoder "
+     "then {nd:d} decoder layers walked in that order; layers 0 and 1 of each stack of a {p1:d}+{p2:d}-layer copy traced "
+     "on fake tensors at s = {ss} with 1 and 2 sequences); source and target are both --seq-len tokens; engine "
+     "paths: torch, fsdp2, deepspeed over data parallelism, recompute none or full (no tp/pp/cp/ep, megatron, LoRA, "
+     "selective recompute, fp8, offload, --compile or another --loss)",
+     "{mt}：编码器–解码器，从 transformers 推导（在 meta 设备上构建 {a} 得到精确参数量；先走 {ne} 个编码器层，再走 {nd} 个"
+     "解码器层；在 fake tensor 上追踪一个 {p1}+{p2} 层副本中每个栈的第 0、1 层，序列长度 s = {ss}、每批 1 和 2 条序列）；"
+     "源序列和目标序列都是 --seq-len 个 token；支持的引擎路径：torch、fsdp2、deepspeed 的数据并行，重计算 none 或 full"
+     "（不支持 tp/pp/cp/ep、megatron、LoRA、选择性重计算、fp8、卸载、--compile 或其他 --loss）"),
 ]
