@@ -132,9 +132,10 @@ def _setup_parameters() -> tuple[inspect.Parameter, ...]:
     return tuple(out)
 
 
-def with_setup_options(func: Callable[..., None]) -> Callable[..., None]:
+def with_setup_options(func: Callable[..., None], read_from: bool = True) -> Callable[..., None]:
     """Give a typer command every setup flag. ``func`` takes its own parameters plus ``**setup``; the
-    setup flags arrive in ``setup`` (pass them through :func:`setup_fields`)."""
+    setup flags arrive in ``setup`` (pass them through :func:`setup_fields`). ``read_from`` False: ``--from FILE``
+    arrives unread as ``from_file`` (the doctor reads it as its ``--config``)."""
     sig = inspect.signature(func, eval_str=True)
     own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     positional = [p for p in own if p.default is inspect.Parameter.empty]
@@ -147,10 +148,10 @@ def with_setup_options(func: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> None:
-        path = kwargs.pop("from_file", None)
+        path = kwargs.pop("from_file", None) if read_from else None
         if path is not None:
             kwargs = apply_from_file(path, kwargs, model_required=takes_model)
-        elif takes_model and kwargs.get("model") is None:
+        elif takes_model and kwargs.get("model") is None and kwargs.get("from_file") is None:
             from trainmem.errors import ConfigError
             raise ConfigError("missing the MODEL argument (a catalog name, a config.json path or a size like 7B), "
                               "or give --from FILE")
@@ -165,22 +166,15 @@ def with_setup_options(func: Callable[..., None]) -> Callable[..., None]:
 def apply_from_file(path: str, kwargs: dict[str, Any], model_required: bool = True) -> dict[str, Any]:
     """A command's arguments with ``--from FILE`` read in (trainmem.frameworks.readers): the setup flags given win
     over the file's values, MODEL over the model it names; the file's assumption lines travel as ``notes``."""
-    from trainmem.errors import ConfigError
-    from trainmem.frameworks.readers import merge_fields, read_config
+    from trainmem.frameworks.readers import file_setup
 
-    file = read_config(path)
-    merged = merge_fields(file, setup_fields(kwargs))
+    merged, model, _ = file_setup(path, setup_fields(kwargs), kwargs.get("model"),
+                                  model_required=model_required and "model" in kwargs)
     out = dict(kwargs)
     out.update({k: merged.get(k) for k in SETUP_FIELDS})
-    notes = file.notes()
     if "model" in out:
-        if out["model"] is None and file.model is None and model_required:
-            raise ConfigError(f"--from {path}: {file.model_error or 'the file names no model'}; give MODEL")
-        if out["model"] is None:
-            out["model"] = file.model
-        elif file.model is not None and file.model != out["model"]:
-            notes.append(f"model {out['model']}: given on the command line, not the file's {file.model}")
-    out["notes"] = tuple(notes)
+        out["model"] = model
+    out["notes"] = merged["notes"]
     return out
 
 

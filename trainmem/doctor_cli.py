@@ -1,9 +1,10 @@
 """``trainmem doctor``: a thin shell over :mod:`trainmem.doctor`.
 
-``trainmem doctor [--error FILE|-] [--log FILE] [--snapshot FILE] [--nvidia-smi FILE] [--config FILE]
-[MODEL and estimate flags] [--lang zh] [--json]`` prints ``{"findings": [{"cause", "evidence",
-"expected_bytes", "observed_bytes", "fixes": [{"action", "saves_bytes", "slowdown_pct", "fits"}], "likelihood"}]}``, most
-likely first (``undetermined`` first when no cause reaches the threshold).
+``trainmem doctor [--error FILE|-] [--log FILE] [--snapshot FILE] [--nvidia-smi FILE] [--config FILE
+| --from FILE] [MODEL and estimate flags] [--lang zh] [--json]`` prints ``{"findings": [{"cause", "evidence",
+"expected_bytes", "observed_bytes", "fixes": [{"action", "saves_bytes", "slowdown_pct", "fits"}], "likelihood"}],
+"setup", "assumptions"}`` (the last two when there is an estimate), most likely first (``undetermined`` first when
+no cause reaches the threshold).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ def doctor_cmd(
     snapshot: Annotated[Optional[str], _Opt("--snapshot", help="a torch.cuda.memory._dump_snapshot() pickle")] = None,
     nvidia_smi: Annotated[Optional[str], _Opt("--nvidia-smi", help="nvidia-smi output: the table, or --query-gpu "
                                                                    "/ --query-compute-apps CSV")] = None,
-    config: Annotated[Optional[str], _Opt("--config", help="launch config: DeepSpeed JSON, HF TrainingArguments "
-                                                           "JSON, Accelerate YAML or torchtitan TOML")] = None,
+    config: Annotated[Optional[str], _Opt("--config", help="the run's training config, read as --from reads it "
+                                                           "(every --from format; MODEL from it when not given)")] = None,
     report: Annotated[Optional[str], _Opt("--report", help="also write the findings and the per-step curve as a "
                                                            "self-contained HTML FILE")] = None,
     as_json: opt.Json = False, lang: opt.Lang = "en", **setup: object,
@@ -44,12 +45,17 @@ def doctor_cmd(
     from trainmem.doctor.run import DoctorInputs, run_doctor
 
     check_lang(lang)
+    from_file = setup.pop("from_file", None)  # --from FILE: --config under the name every other command takes
+    if config is not None and from_file is not None:
+        from trainmem.errors import ConfigError
+        raise ConfigError("doctor: give the training config once, with --config or --from (the same reader)")
+    config = config if config is not None else from_file
     res = run_doctor(DoctorInputs(error=error, logs=list(log or []), snapshot=snapshot, nvidia_smi=nvidia_smi,
                                   config=config, model=model, flags=opt.setup_fields(setup)))
     if report:
         _write_report(report, res, lang)
     if as_json:
-        print(json.dumps(to_json(res.findings, lang), ensure_ascii=False))
+        print(json.dumps(to_json(res.findings, lang, res.expected), ensure_ascii=False))
         return
     print(render_text(res.findings, res.notes, lang))
 
@@ -66,4 +72,4 @@ def _write_report(path: str, res, lang: str) -> None:  # noqa: ANN001 - a Doctor
 
 
 def register(app: typer.Typer) -> None:
-    app.command("doctor")(opt.with_setup_options(doctor_cmd))
+    app.command("doctor")(opt.with_setup_options(doctor_cmd, read_from=False))

@@ -449,10 +449,14 @@ def doctor(model: ModelRef | None = None, *, error: str | os.PathLike[str] | Non
     paths = {k: (os.fspath(v) if v is not None else None)
              for k, v in {"error": error, "snapshot": snapshot, "nvidia_smi": nvidia_smi, "config": config}.items()}
 
-    def run(model_ref: str | None, fields: dict) -> Diagnosis:
+    def run(model_ref: str | None, fields: dict, private: bool = False) -> Diagnosis:
         inp = DoctorInputs(error=paths["error"], logs=[os.fspath(p) for p in logs], snapshot=paths["snapshot"],
                            nvidia_smi=paths["nvidia_smi"], config=paths["config"], model=model_ref, flags=fields)
-        return Diagnosis(to_json(run_doctor(inp).findings, lang))
+        res = run_doctor(inp)
+        out = to_json(res.findings, lang, res.expected)
+        if private:  # (the private config.json, named as trainmem.estimate names a config object)
+            out = json.loads(json.dumps(out).replace(json.dumps(model_ref)[1:-1], "config dict"))
+        return Diagnosis(out)
 
     if model is None or isinstance(model, (str, os.PathLike)):
         return run(None if model is None else os.fspath(model), flags)
@@ -461,7 +465,7 @@ def doctor(model: ModelRef | None = None, *, error: str | os.PathLike[str] | Non
         path = os.path.join(tmp, "config.json")
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(cfg, fh)
-        return run(path, {**{k: v for k, v in live_fields.items() if flags.get(k) is None}, **flags})
+        return run(path, {**{k: v for k, v in live_fields.items() if flags.get(k) is None}, **flags}, private=True)
 
 
 def _config_of_object(model: Any) -> tuple[dict, dict]:

@@ -71,7 +71,8 @@ def test_json_contract(capsys) -> None:
                         "4", "--lora-rank", "16", "--json"], capsys)
     assert rc == 0 and err == ""
     d = json.loads(out)
-    assert list(d) == ["findings"] and len(d["findings"]) >= 2
+    assert list(d) == ["findings", "setup", "assumptions"] and len(d["findings"]) >= 2  # (the last two: a MODEL)
+    assert d["setup"]["micro_batch"] == 4 and isinstance(d["assumptions"], list)
     for f in d["findings"]:
         assert list(f) == ["cause", "evidence", "expected_bytes", "observed_bytes", "fixes", "likelihood"]
         assert isinstance(f["likelihood"], float) and 0 <= f["likelihood"] <= 1

@@ -1,14 +1,15 @@
 """The doctor's report: the ``--json`` object (the contract) and the plain-text report, in English or Chinese.
 
 JSON: ``{"findings": [{"cause", "evidence", "expected_bytes", "observed_bytes", "fixes": [{"action",
-"saves_bytes", "slowdown_pct", "fits"}], "likelihood"}]}``, most likely first (``undetermined`` first when no cause
-reaches the threshold, :data:`trainmem.doctor.rules.THRESHOLD`); with ``--lang zh`` the evidence and the actions are in
+"saves_bytes", "slowdown_pct", "fits"}], "likelihood"}], "setup", "assumptions"}`` (the last two with an estimate:
+a MODEL), most likely first (``undetermined`` first when no cause reaches the threshold,
+:data:`trainmem.doctor.rules.THRESHOLD`); with ``--lang zh`` the evidence and the actions are in
 Chinese (the cause IDs never change).
 """
 
 from __future__ import annotations
 
-from trainmem.doctor.case import Finding
+from trainmem.doctor.case import Expected, Finding
 from trainmem.doctor.fixes import NOT_COMPARED
 from trainmem.report.i18n import tr
 from trainmem.units import fmt_bytes
@@ -32,9 +33,15 @@ CAUSE_TITLES = {
 }
 
 
-def to_json(findings: list[Finding], lang: str = "en") -> dict:
+def to_json(findings: list[Finding], lang: str = "en", expected: Expected | None = None) -> dict:
+    """The ``--json`` object; with the run's estimate (``expected``), also the ``setup`` it validated and its
+    ``assumptions`` (as ``trainmem estimate --json`` gives them: a ``--config`` / ``--from`` file's lines among them)."""
     sep = "；" if lang == "zh" else "; "
-    return {"findings": [f.to_dict(lambda s: tr(s, lang), sep) for f in findings]}
+    out: dict = {"findings": [f.to_dict(lambda s: tr(s, lang), sep) for f in findings]}
+    if expected is not None:
+        out["setup"] = dict(expected.estimate.setup)
+        out["assumptions"] = [tr(a, lang) for a in expected.estimate.assumptions]
+    return out
 
 
 def _bytes(n: int | None) -> str:

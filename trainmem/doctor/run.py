@@ -33,6 +33,8 @@ class DoctorInputs:
     model: str | None = None
     flags: dict = field(default_factory=dict)
     """Setup fields given on the command line (None: not given)."""
+    config_model: bool = True
+    """Take any model the ``config`` names when ``model`` is None (False: only a catalog entry; the web page)."""
 
 
 @dataclass(slots=True)
@@ -74,8 +76,8 @@ def _logs(paths: list[str]) -> StepLog | None:
     return merge_logs([parse_steplog(read_text(p, "--log", "a per-step log (JSONL or CSV)"), p) for p in paths])
 
 
-def gather(inp: DoctorInputs) -> tuple[Evidence, dict, str]:
-    """(evidence, setup fields of --config, its kind) from the input files."""
+def gather(inp: DoctorInputs, config_kind: str = "") -> Evidence:
+    """The evidence of the input files (``config_kind``: the format ``--config`` was read as)."""
     oom = wh = None
     not_oom = ""
     if inp.error is not None:
@@ -94,12 +96,8 @@ def gather(inp: DoctorInputs) -> tuple[Evidence, dict, str]:
     snap = None
     if inp.snapshot is not None:
         snap = summarise_snapshot(load_snapshot(read_bytes(inp.snapshot, "--snapshot", MAX_BINARY_BYTES), inp.snapshot))
-    cfg, kind = {}, ""
-    if inp.config is not None:
-        from trainmem.doctor.launch import parse_launch_config
-        parsed = parse_launch_config(inp.config)
-        cfg, kind = dict(parsed), parsed.kind
-    return Evidence(oom=oom, where=wh, nvsmi=smi, log=log, snapshot=snap, config_kind=kind, other_error=not_oom), cfg, kind
+    return Evidence(oom=oom, where=wh, nvsmi=smi, log=log, snapshot=snap, config_kind=config_kind,
+                    other_error=not_oom)
 
 
 def _observed_gpu(ev: Evidence) -> tuple[int | None, str]:
@@ -166,13 +164,15 @@ def expected_for(model: str | None, fields: dict, ev: Evidence, notes: list[str]
 def run_doctor(inp: DoctorInputs) -> DoctorResult:
     if not (inp.error or inp.logs or inp.snapshot or inp.nvidia_smi or inp.config or inp.model):
         raise ConfigError("doctor: give at least one of --error, --log, --snapshot, --nvidia-smi, --config or a MODEL")
-    ev, cfg, kind = gather(inp)
-    notes: list[str] = []
-    if kind:
-        notes.append(f"setup read from --config ({kind}): "
-                     + ", ".join(f"{k}={v}" for k, v in sorted(cfg.items())))
     flags = {k: v for k, v in inp.flags.items() if v is not None}
-    exp = expected_for(inp.model, {**cfg, **flags}, ev, notes)
+    model, kind = inp.model, ""
+    if inp.config is not None:  # the --from reader and merge (doctor/launch.py): the setup estimate --from validates
+        from trainmem.doctor.launch import read_launch_config
+        cfg = read_launch_config(inp.config, flags, inp.model, any_model=inp.config_model)
+        flags, model, kind = cfg.fields, cfg.model, cfg.kind
+    ev = gather(inp, kind)
+    notes: list[str] = list(flags.get("notes", ()))  # a config's assumption lines (--config, or --from's)
+    exp = expected_for(model, flags, ev, notes)
     if exp is None:
         notes.append("no MODEL given: the rules that need the estimate (duplicate copy, offload, expected bytes) "
                      "are skipped")

@@ -288,10 +288,12 @@ def _doctor(body: dict[str, Any], allow_paths: bool = False) -> dict:
         files = _write_doctor_files(tmp, texts, model)
         model = files.get("model", model)
         inp = inputs(error=files.get("error"), logs=files["logs"], nvidia_smi=files.get("nvidia_smi"),
-                     config=files.get("config"), model=model, flags=opt.setup_fields(p))
+                     config=files.get("config"), model=model, flags=opt.setup_fields(p),
+                     config_model=allow_paths)  # (a pasted config's model: a catalog name only)
         prefix = tmp + os.sep
         try:
-            out = to_json(run_doctor(inp).findings, p["lang"])
+            res = run_doctor(inp)
+            out = to_json(res.findings, p["lang"], res.expected)
         except TrainmemError as exc:
             raise ConfigError(str(exc).replace(prefix, "")) from None
         return json.loads(json.dumps(out).replace(json.dumps(prefix)[1:-1], ""))

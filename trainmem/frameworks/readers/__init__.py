@@ -32,7 +32,7 @@ from typing import Any
 from trainmem.errors import ConfigError
 from trainmem.frameworks.readers._base import FileSetup, Reading, load_text, parse_mapping, shown
 
-__all__ = ["FileSetup", "read_config", "merge_fields", "FORMATS", "FLAGS"]
+__all__ = ["FileSetup", "read_config", "merge_fields", "file_setup", "FORMATS", "FLAGS"]
 
 FORMATS = ("torchtune", "axolotl", "llama-factory", "litgpt", "accelerate", "nemo", "hf", "deepspeed", "torchtitan",
            "megatron")
@@ -140,6 +140,25 @@ def merge_fields(file: FileSetup, cli: dict[str, Any]) -> dict[str, Any]:
             flag = FLAGS.get(fld, "--" + fld.replace("_", "-"))
             raise ConfigError(f"--from {shown(file.path)}: {why}; give {flag} to choose")
     return {**file.fields, **given}
+
+
+def file_setup(path: str, cli: dict[str, Any], model: str | None,
+               model_required: bool = True) -> tuple[dict[str, Any], str | None, FileSetup]:
+    """``--from FILE`` as every command reads it (estimate, plan's layout aside, doctor ``--from`` / ``--config``):
+    (setup fields: the command line's set values over the file's, with the file's assumption lines as ``notes``;
+    the model: ``model`` when given, else the one the file names; the file read). A model given that differs from
+    the file's is noted; no model at all is refused when ``model_required``."""
+    file = read_config(path)
+    fields = merge_fields(file, cli)
+    notes = file.notes()
+    if model is None:
+        if file.model is None and model_required:
+            raise ConfigError(f"--from {path}: {file.model_error or 'the file names no model'}; give MODEL")
+        model = file.model
+    elif file.model is not None and file.model != model:
+        notes.append(f"model {model}: given on the command line, not the file's {file.model}")
+    fields["notes"] = tuple(notes)
+    return fields, model, file
 
 
 #: File precision (a setup recipe) → ``trainmem plan --precision`` (a family the planner gives each engine, or a recipe

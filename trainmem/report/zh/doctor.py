@@ -8,8 +8,6 @@ EXACT: dict[str, str] = {
     "an error message or traceback": "报错信息或 traceback",
     "a per-step log (JSONL or CSV)": "逐步显存日志（JSONL 或 CSV）",
     "nvidia-smi output": "nvidia-smi 输出",
-    "a launch config (JSON, YAML or TOML)": "启动配置（JSON、YAML 或 TOML）",
-    "a DeepSpeed JSON config": "DeepSpeed JSON 配置",
     # nvsmi.py
     "--nvidia-smi: the --query-gpu CSV needs the memory.used and memory.total columns":
         "--nvidia-smi：--query-gpu 的 CSV 需要 memory.used 和 memory.total 两列",
@@ -17,10 +15,11 @@ EXACT: dict[str, str] = {
         "--nvidia-smi：CSV 缺少表头行；请用 --format=csv 运行 nvidia-smi（不要加 noheader）",
     "--nvidia-smi: neither an nvidia-smi table nor --query-gpu / --query-compute-apps CSV":
         "--nvidia-smi：既不是 nvidia-smi 的表格输出，也不是 --query-gpu / --query-compute-apps 的 CSV",
-    # launch.py
-    "--config: reading TOML needs Python 3.11 or tomli (pip install tomli)":
-        "--config：读取 TOML 需要 Python 3.11 或 tomli（pip install tomli）",
-    "--config: reading YAML needs PyYAML (pip install pyyaml)": "--config：读取 YAML 需要 PyYAML（pip install pyyaml）",
+    "--config: reading YAML needs PyYAML (pip install 'trainmem[yaml]')":
+        "--config：读取 YAML 需要 PyYAML（pip install 'trainmem[yaml]'）",
+    # doctor_cli.py
+    "doctor: give the training config once, with --config or --from (the same reader)":
+        "doctor：训练配置只需给一次，用 --config 或 --from（两者是同一个读取器）",
     # run.py
     "doctor: give at least one of --error, --log, --snapshot, --nvidia-smi, --config or a MODEL":
         "doctor：至少给出 --error、--log、--snapshot、--nvidia-smi、--config 或 MODEL 中的一项",
@@ -146,18 +145,10 @@ PATTERNS: list[tuple[str, str]] = [
      "--snapshot {name}：不是 torch.cuda.memory._snapshot() 的 dict（没有 segments 列表）"),
     ("--snapshot {name}: a segment without total_size and blocks (not a memory snapshot)",
      "--snapshot {name}：有 segment 缺少 total_size 和 blocks（不是显存快照）"),
-    # launch.py
-    ("--config {name}: not valid JSON ({why})", "--config {name}：不是合法的 JSON（{why}）"),
-    ("--config {name}: not a JSON object", "--config {name}：不是 JSON 对象"),
-    ("--config {name}: not valid TOML ({why})", "--config {name}：不是合法的 TOML（{why}）"),
-    ("--config {name}: not valid YAML ({why})", "--config {name}：不是合法的 YAML（{why}）"),
-    ("--config {name}: neither a DeepSpeed/TrainingArguments JSON, an Accelerate YAML nor a torchtitan TOML",
-     "--config {name}：既不是 DeepSpeed/TrainingArguments 的 JSON，也不是 Accelerate 的 YAML 或 torchtitan 的 TOML"),
     # run.py
     ("--error {name}: no CUDA out-of-memory error in it (its error: `{err}`); this is not a memory problem",
      "--error {name}：里面没有 CUDA 显存不足（OOM）的报错（它的报错是：`{err}`）；这不是显存问题"),
     ("GPU memory {x} from {src} (give --gpu-memory to change it)", "GPU 显存 {x} 取自{src!t}（可用 --gpu-memory 修改）"),
-    ("setup read from --config ({kind:w}): {fields}", "从 --config（{kind}）读到的配置：{fields}"),
     # rules.py: where it was raised
     ("raised in the forward of {m} ({loc})", "在 {m} 的前向传播中抛出（{loc}）"),
     ("raised in the forward ({loc})", "在前向传播中抛出（{loc}）"),
@@ -276,7 +267,8 @@ PATTERNS: list[tuple[str, str]] = [
      "the data",
      "PyTorch 已分配 {a}，比估算的峰值 {p} 多出 {x}：这一步的动态显存比参数描述的更多（序列比 --seq-len 长，或 "
      "micro-batch 更大）；模型状态不会随数据变化"),
-    # --config read by the --from reader (doctor/launch.py): its message, said of --config
+    # --config read by the --from reader (doctor/launch.py): its message, said of --config (also "--config: why")
+    ("--config {p:p}: {why}; give {flag:w} to choose", "--config {p}：{why!t}；请给出 {flag} 来选择"),
     ("--config {p:p}: {why}", "--config {p}：{why!t}"),
     ("--config {p}: {why}", "--config {p}：{why!t}"),
     # stale copies at save / resume
