@@ -910,9 +910,9 @@ def spec_from_hf_config(cfg: Mapping[str, Any], *, name: str, source: str = "") 
         cfg = {**text, "model_type": "gemma3_text"}
         model_type, top_level, where = "gemma3_text", False, "config.json text_config"
     builder = _BUILDERS.get(str(model_type))
-    from trainmem.model.derive_seq2seq import is_seq2seq
+    if builder is None:  # only then: derive_seq2seq imports derive (importlib.metadata, hashlib: ~20 ms of a start)
+        from trainmem.model.derive_seq2seq import is_seq2seq, seq2seq_spec
     if builder is None and is_seq2seq(cfg):  # encoder–decoder: T5, mT5, BART ... (trainmem/model/derive_seq2seq.py)
-        from trainmem.model.derive_seq2seq import seq2seq_spec
         return seq2seq_spec(cfg, name=name, source=source, described=", ".join(SUPPORTED_MODEL_TYPES),
                             max_layers=MAX_LAYERS, activations=KNOWN_ACTIVATIONS)
     if builder is None:  # no description here: derive one from transformers itself (needs torch)
