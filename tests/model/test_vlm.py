@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 
 import pytest
 
@@ -181,3 +182,63 @@ def test_frozen_tower_keeps_nothing_and_image_tokens_are_checked():
                                name="text")
     with pytest.raises(UnsupportedError, match="no vision tower"):
         estimate(text, make_setup(seq_len=1024, image_tokens=576))
+
+
+def _full_forward_kept_bytes(cfg: dict, state: str, images: int, seq_len: int) -> int:
+    """What the whole LlavaForConditionalGeneration keeps after ``model(input_ids, pixel_values, labels).loss``
+    (the output dropped, as HF Trainer's compute_loss does), on fake tensors with the tracer's CUDA emulations:
+    ``images`` images of 576 tokens in one sequence of ``seq_len`` tokens (none: a text-only sequence)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+
+    from trainmem.model import vlm
+    from trainmem.trace.dropout import cuda_dropout
+    from trainmem.trace.sdpa import cuda_sdpa
+    from trainmem.trace.tracker import StorageTracker
+
+    config = vlm._hf_config(transformers, vlm._clean(cfg))
+    with torch.device("meta"):
+        model = transformers.LlavaForConditionalGeneration._from_config(config, dtype=torch.bfloat16,
+                                                                         attn_implementation="sdpa")
+    ids = torch.full((1, seq_len), 5, dtype=torch.long)
+    ids[0, 1:1 + 576 * images] = config.image_token_id
+    with FakeTensorMode(allow_non_fake_inputs=True), cuda_dropout(), cuda_sdpa():
+        model.to_empty(device="cpu")
+        model.train()
+        for name, p in model.named_parameters():
+            p.requires_grad_(state == "trained" or not name.startswith(("model.vision_tower", "model.multi_modal")))
+        with vlm._real_stays_real(torch):
+            pixels = torch.empty(images, 3, 336, 336, dtype=torch.bfloat16) if images else None
+            tracker = StorageTracker()
+            with tracker:
+                for t in [*model.parameters(), *model.buffers()]:
+                    tracker.observe_storage(t.untyped_storage())
+                base = tracker.allocated
+                with unset_fake_temporarily():
+                    labels = ids.clone()
+                out = model(input_ids=ids, pixel_values=pixels, labels=labels)
+                loss = out.loss
+                del out
+                gc.collect()  # (the model output's reference cycles: garbage, not kept for backward)
+                kept = tracker.allocated - base
+            tracker.close()
+    del loss
+    return kept
+
+
+@pytest.mark.parametrize("state", ["trained", "frozen"])
+def test_whole_model_forward_keeps_what_the_tower_fit_says(state):
+    """The whole VLM's forward (the image features scattered into the sequence, the language model, the loss) keeps,
+    with two images in the sequence, what it keeps without them plus the tower's fitted saved bytes (within 3 %)."""
+    from trainmem.memory.vision import vision_saved_bytes
+
+    cfg = _small_llava()
+    cfg["vision_config"].update(image_size=336)
+    spec = spec_from_hf_config(cfg, name="llava-small")
+    with_images = _full_forward_kept_bytes(cfg, state, 2, 1280)
+    text_only = _full_forward_kept_bytes(cfg, state, 0, 1280)
+    expected = vision_saved_bytes(spec, make_setup(seq_len=1280, precision="bf16", image_tokens=1152,
+                                                   train_vision=state == "trained"))
+    if state == "frozen":
+        assert expected == 0 and abs(with_images - text_only) <= 64 * 1024  # the scatter's mask, nothing more
+    else:
+        assert expected > 0 and with_images - text_only == pytest.approx(expected, rel=0.03)

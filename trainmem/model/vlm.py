@@ -57,7 +57,7 @@ from trainmem.model.spec import ModelSpec
 
 __all__ = ["VLM_MODEL_TYPES", "VisionTower", "VisionFit", "vlm_spec", "with_vision", "VISION_DERIVE_VERSION"]
 
-VISION_DERIVE_VERSION = 3
+VISION_DERIVE_VERSION = 4
 """Bumped when the measurement changes (part of the disk-cache key)."""
 
 
@@ -379,9 +379,9 @@ def _runs(vt: VisionTower, mode: str, attn: str, state: str, recompute: bool,
         tower, proj = _module(model, fam.tower), _module(model, fam.projector)
         for p in model.parameters():
             p.requires_grad_(False)
-        if state != "frozen":
-            for p in (tower if state == "trained" else proj).parameters():
-                p.requires_grad_(True)
+        trained = [*tower.parameters(), *proj.parameters()] if state == "trained" else [*proj.parameters()]
+        for p in trained if state != "frozen" else []:  # (LLaVA's and Gemma's projector sits beside the tower)
+            p.requires_grad_(True)
         if recompute:  # HF gradient checkpointing reaches the tower's blocks (GradientCheckpointingLayer)
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         stack.enter_context(_real_stays_real(torch))
