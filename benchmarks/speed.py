@@ -3,7 +3,7 @@
 Targets (issue 2): an estimate ≤ 5 ms in-process; ``trainmem estimate llama-3.1-8b`` ≤ 0.3 s wall; (issue 18)
 ≤ 0.15 s over a bare ``python -c pass``. Besides wall time, the CPU time of each command (user + system of the
 child) is printed: on a loaded machine it moves far less than the wall time.
-Run: python benchmarks/speed.py
+Run: python benchmarks/speed.py  (``--instructions``: instruction counts under valgrind instead, which load does not move)
 """
 
 from __future__ import annotations
@@ -85,6 +85,12 @@ def main() -> None:
     cpu_json = cpu([sys.executable, "-m", "trainmem.cli", "estimate", "llama-3.1-8b", "--json"], 7)
     print(f"median CPU time of `trainmem estimate llama-3.1-8b --json`: {cpu_json:.3f} s, {cpu_json - cpu_floor:.3f} s "
           f"over `python -c pass` ({cpu_floor:.3f} s)")
+    # What any start that validates its setup with pydantic pays before trainmem's own code (the CLI skips
+    # pydantic's disabled plugin loader the same way: trainmem/cli.py _NoPluginLoader).
+    cpu_typer = cpu([sys.executable, "-c", "import typer"], 7)
+    cpu_pyd = cpu([sys.executable, "-c", "import trainmem.cli, sys; import pydantic.main"], 7)
+    print(f"median CPU time over `python -c pass` of importing typer: {cpu_typer - cpu_floor:.3f} s; of importing the CLI "
+          f"module and pydantic's BaseModel: {cpu_pyd - cpu_floor:.3f} s")
     walls = []
     for _ in range(5):
         t = time.perf_counter()
@@ -93,5 +99,30 @@ def main() -> None:
     print(f"median wall of `trainmem estimate llama-3.1-8b` (rich table): {statistics.median(walls):.3f} s")
 
 
+def instructions() -> None:
+    """``--instructions``: instructions each start executes (valgrind's callgrind), which a loaded machine does not
+    move as it moves CPU time; the same stages as above, in millions."""
+    import os
+    import re
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        sys.exit("--instructions needs valgrind")
+    env = {**os.environ, "PYDANTIC_DISABLE_PLUGINS": "__all__"}
+
+    def count(args: list[str]) -> int:
+        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, *args],
+                             capture_output=True, text=True, env=env, check=True).stderr
+        return int(re.search(r"Collected : (\d+)", out).group(1)) // 10**6  # type: ignore[union-attr]
+
+    stages = [("python -c pass", ["-c", "pass"]), ("import typer", ["-c", "import typer"]),
+              ("import trainmem.cli (typer, the 12 commands)", ["-c", "import trainmem.cli"]),
+              ("  + pydantic's BaseModel", ["-c", "import trainmem.cli; import pydantic.main"]),
+              ("  + trainmem.setup (TrainingSetup's schema)", ["-c", "import trainmem.cli, trainmem.setup"]),
+              ("trainmem estimate llama-3.1-8b --json", ["-m", "trainmem.cli", "estimate", "llama-3.1-8b", "--json"])]
+    for label, args in stages:
+        print(f"{label:50s} {count(args):6d} M instructions")
+
+
 if __name__ == "__main__":
-    main()
+    instructions() if "--instructions" in sys.argv[1:] else main()
