@@ -292,6 +292,8 @@ PATTERNS: list[tuple[str, str]] = [
      "换更大的 GPU：{g}（{m}），目录里在配置不变时放得下的最小一款（--gpu {g2}）；未比较步时：不知道这次运行用的是哪款 GPU"),
     ("a bigger GPU: {g:w} ({m}), the smallest in the catalog that fits this setup unchanged (--gpu {g2:w})",
      "换更大的 GPU：{g}（{m}），目录里在配置不变时放得下的最小一款（--gpu {g2}）"),
+    ("more GPUs: {n:d} × {g:w} with the model states sharded by {what}",
+     "增加 GPU：{n} 张 {g}，模型状态由 {what} 分片"),
     ("no cause reaches likelihood {x:w}", "没有哪个原因的可能性达到 {x}"),
     ("candidates: {c}", "候选原因：{c!l}"),
     ("stop process {pid:d} ({name}) on GPU {g:d}", "结束进程 {pid}（{name}，GPU {g}）"),
