@@ -313,6 +313,13 @@ EXACT: dict[str, str] = {
     "--loop script: Megatron's schedule returns the loss, never the logits; use --loop trainer":
         "--loop script：Megatron 的调度只返回 loss，从不返回 logits；请用 --loop trainer",
     "--qlora needs --lora-rank > 0": "--qlora 需要 --lora-rank > 0",
+    "--load-in-8bit (LLM.int8 base weights) needs --lora-rank > 0, no --qlora, and --engine torch":
+        "--load-in-8bit（LLM.int8 基座权重）需要 --lora-rank > 0、不与 --qlora 同用，且需 --engine torch",
+    "LLM.int8 base (--load-in-8bit, bitsandbytes 0.41): 1 B per decoder-layer linear weight + an fp32 absmax per "
+    "output row; each int8 linear keeps its 16-bit input and an int8 copy of it (CAt) for backward; outlier "
+    "columns (subA, data-dependent) not counted":
+        "LLM.int8 基座（--load-in-8bit，bitsandbytes 0.41）：decoder 层每个线性层权重 1 B，外加每个输出行一个 fp32 "
+        "absmax；每个 int8 线性层为反向保存它的 16 位输入及其 int8 副本（CAt）；离群列（subA，取决于数据）不计入",
     "--grad-reduce-16bit is a megatron option for 16-bit and fp8 recipes (Megatron-Core grad_reduce_in_fp32=False)":
         "--grad-reduce-16bit 是 megatron 引擎用于 16 位和 fp8 精度方案的选项（Megatron-Core grad_reduce_in_fp32=False）",
     "--fp8-params needs --engine megatron with --precision fp8 (--fp8-param-gather)":
@@ -602,6 +609,8 @@ PATTERNS: list[tuple[str, str]] = [
     ("--optimizer {o:w}: bitsandbytes' paged optimizers are modelled for --engine torch (single GPU or DDP), not {e:w}",
      "--optimizer {o}：bitsandbytes 的分页优化器只对 --engine torch（单卡或 DDP）建模，不支持 {e}"),
     ("--qlora-impl {i:w} needs --qlora", "--qlora-impl {i} 需要 --qlora"),
+    ("--optimizer hf-adafactor (transformers' Adafactor) is modelled for --engine torch, not {e:w}",
+     "--optimizer hf-adafactor（transformers 自带的 Adafactor）只对 --engine torch 建模，不支持 {e}"),
     ("lora-targets {t:w}: litgpt's fused-qkv slices need a decoder with q/k/v heads, not {m:w}",
      "lora-targets {t}：litgpt 的融合 qkv 切片需要带 q/k/v 注意力头的 decoder，{m} 不是"),
     ("--lora-dropout {p:d} needs LoRA (--lora-rank > 0)", "--lora-dropout {p} 需要 LoRA（--lora-rank > 0）"),
