@@ -126,7 +126,8 @@ def _quantization(base: Any, tally: ParamTally) -> tuple[dict[str, Any], list[st
     qc = getattr(getattr(base, "config", None), "quantization_config", None)
     q = qc if isinstance(qc, dict) else (qc.to_dict() if callable(getattr(qc, "to_dict", None)) else {})
     if q.get("load_in_8bit"):
-        raise UnsupportedError("model: an 8-bit (LLM.int8) base; trainmem models 4-bit (QLoRA, NF4) bases only")
+        return {"load_in_8bit": True}, ["load_in_8bit: the base weights are LLM.int8 (config.quantization_config "
+                                        "load_in_8bit); modelled as bitsandbytes 0.41 runs them"]
     if tally.quantized_4bit or q.get("load_in_4bit"):
         src = "Params4bit parameters" if tally.quantized_4bit else "config.quantization_config load_in_4bit"
         kind = q.get("bnb_4bit_quant_type", "nf4")

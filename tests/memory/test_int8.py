@@ -51,3 +51,16 @@ def test_forward_transient_at_the_widest_linear():
 def test_refused_without_lora_with_qlora_or_off_torch(kw):
     with pytest.raises(ConfigError, match="load-in-8bit"):
         make_setup(load_in_8bit=True, **kw)
+
+
+def test_a_live_peft_model_over_an_int8_base_is_read_as_load_in_8bit():
+    """trainmem.estimate(peft_model) reads config.quantization_config load_in_8bit (was refused)."""
+    pytest.importorskip("peft")
+    import trainmem
+    from tests.test_python_api import _tiny_peft
+
+    peft = _tiny_peft(r=4, targets=("q_proj", "v_proj"), dtype="bfloat16")
+    peft.get_base_model().config.quantization_config = {"quant_method": "bitsandbytes", "load_in_8bit": True}
+    est = trainmem.estimate(peft)
+    assert est.setup["load_in_8bit"] is True and est.setup["lora_rank"] == 4
+    assert any(a.startswith("load_in_8bit: the base weights are LLM.int8") for a in est.assumptions)

@@ -313,6 +313,9 @@ EXACT: dict[str, str] = {
     "--loop script: Megatron's schedule returns the loss, never the logits; use --loop trainer":
         "--loop script：Megatron 的调度只返回 loss，从不返回 logits；请用 --loop trainer",
     "--qlora needs --lora-rank > 0": "--qlora 需要 --lora-rank > 0",
+    "load_in_8bit: the base weights are LLM.int8 (config.quantization_config load_in_8bit); modelled as bitsandbytes "
+    "0.41 runs them":
+        "load_in_8bit：基座权重为 LLM.int8（config.quantization_config load_in_8bit）；按 bitsandbytes 0.41 的做法建模",
     "--load-in-8bit (LLM.int8 base weights) needs --lora-rank > 0, no --qlora, and --engine torch":
         "--load-in-8bit（LLM.int8 基座权重）需要 --lora-rank > 0、不与 --qlora 同用，且需 --engine torch",
     "LLM.int8 base (--load-in-8bit, bitsandbytes 0.41): 1 B per decoder-layer linear weight + an fp32 absmax per "
