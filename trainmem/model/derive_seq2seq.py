@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Seq2SeqLayers", "seq2seq_spec", "is_seq2seq", "relative_bias_params"]
 
-SEQ2SEQ_VERSION = 1
+SEQ2SEQ_VERSION = 2
 """Bumped when the measurement changes (part of the disk-cache key)."""
 _PROBE_LAYERS = 3
 _SEQ2SEQ_TYPES = ("t5", "mt5", "umt5", "bart", "mbart")
@@ -96,6 +96,9 @@ class Seq2SeqLayers(DerivedLayers):
     """None: the whole model; else the layer kind this view answers for (enc0, enc, dec0, dec)."""
     recompute: bool = False
     """The view is of a run with full recompute (:meth:`parts`)."""
+    frozen: tuple[str, ...] = ()
+    """Parameters transformers builds with ``requires_grad=False`` (Pegasus's and Marian's sinusoidal position
+    tables: modeling_pegasus.py ``PegasusSinusoidalPositionalEmbedding.create_weight``, transformers 5.24)."""
     _stack_probes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @property
@@ -116,6 +119,10 @@ class Seq2SeqLayers(DerivedLayers):
         why = super().unsupported(setup)
         if why:
             return why
+        if self.frozen:
+            return (f"{self.model_type}: transformers builds {', '.join(self.frozen)} frozen (requires_grad=False); "
+                    "frozen parameters are not modelled for an encoder–decoder model (they would get gradients and "
+                    "optimizer states)")
         if setup.loss != "hf":
             return (f"--loss {setup.loss} is not modelled for {self.model_type} (encoder–decoder: its forward runs "
                     "CrossEntropyLoss itself); use --loss hf")
@@ -555,10 +562,11 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
         logits_upcast=False,
         params={**dataclasses.asdict(counts), "layers": [dataclasses.asdict(lp) for lp in counts.layers]},
         supports_sdpa=bool(getattr(getattr(transformers, architecture), "_supports_sdpa", False)),
-        encoder_layers=n_enc, decoder_layers=n_dec, activations=sorted(activations))
+        encoder_layers=n_enc, decoder_layers=n_dec, activations=sorted(activations),
+        frozen=[n for n, p in model.named_parameters() if not p.requires_grad])
 
 
-_NOT_SPEC = ("params", "supports_sdpa", "activations", "encoder_layers", "decoder_layers")
+_NOT_SPEC = ("params", "supports_sdpa", "activations", "encoder_layers", "decoder_layers", "frozen")
 
 
 def seq2seq_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", described: str = "",
@@ -588,6 +596,6 @@ def seq2seq_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describ
     spec_fields = {k: v for k, v in fields.items() if k not in _NOT_SPEC}
     derived = Seq2SeqLayers(config=clean, model_type=model_type, architecture=fields["architecture"],
                             supports_sdpa=fields["supports_sdpa"], encoder_layers=fields["encoder_layers"],
-                            decoder_layers=fields["decoder_layers"])
+                            decoder_layers=fields["decoder_layers"], frozen=tuple(fields.get("frozen", ())))
     return ModelSpec(name=name, **spec_fields, params=ParamCounts(**params), source=source, hf_config=dict(cfg),
                      derived=derived)

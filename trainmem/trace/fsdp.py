@@ -65,9 +65,12 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The repeated decoder/encoder blocks (transformers' ``GradientCheckpointingLayer``s)."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    for m in model.modules():
-        if isinstance(m, nn.ModuleList) and len(m) and all(isinstance(c, GradientCheckpointingLayer) for c in m):
-            return list(m)
+    lists = [m for m in model.modules()
+             if isinstance(m, nn.ModuleList) and len(m) and all(isinstance(c, GradientCheckpointingLayer) for c in m)]
+    if lists and getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return [c for m in lists for c in m]  # (T5, BART: the encoder's and the decoder's layers, each a unit)
+    if lists:
+        return list(lists[0])
     return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
 
 

@@ -103,4 +103,8 @@ PATTERNS: list[tuple[str, str]] = [
      "解码器层；在 fake tensor 上追踪一个 {p1}+{p2} 层副本中每个栈的第 0、1 层，序列长度 s = {ss}、每批 1 和 2 条序列）；"
      "源序列和目标序列都是 --seq-len 个 token；支持的引擎路径：torch、fsdp2、deepspeed 的数据并行，重计算 none 或 full"
      "（不支持 tp/pp/cp/ep、megatron、LoRA、选择性重计算、fp8、卸载、--compile 或其他 --loss）"),
+    ("{mt}: transformers builds {names} frozen (requires_grad=False); frozen parameters are not modelled for an "
+     "encoder–decoder model (they would get gradients and optimizer states)",
+     "{mt}：transformers 把 {names} 构建为冻结参数（requires_grad=False）；编码器–解码器模型的冻结参数没有建模"
+     "（估算会给它们梯度和优化器状态）"),
 ]
