@@ -160,6 +160,9 @@ def default_notes(spec: ModelSpec, fields: dict[str, Any]) -> list[str]:
     if fields.get("attn") is None and spec.model_type in _NO_SDPA:
         fields["attn"] = "eager"
         notes.append(f"attn eager: {_NO_SDPA[spec.model_type]} (give --attn flash for flash-attention-2)")
+    elif fields.get("attn") is None and spec.derived is not None and not getattr(spec.derived, "supports_sdpa", True):
+        fields["attn"] = "eager"  # (a class without SDPA: transformers refuses attn_implementation="sdpa" for it)
+        notes.append(f"attn eager: {spec.model_type} has no sdpa attention in transformers ({spec.architecture})")
     return notes
 
 

@@ -22,9 +22,15 @@ Results are cached per (config, precision class, attention) in this process and 
 (``$TRAINMEM_CACHE_DIR``, default ``~/.cache/trainmem/derived``; keyed by the config, transformers' and
 torch's versions). Needs the ``trace`` extra (torch, transformers); without it, one clear line.
 
+Mixture-of-experts layers run transformers' grouped_mm experts (``integrations/moe.py``, the default in 5.24;
+``trainmem/trace/moe.py``): their saved shapes depend on tokens·top_k only, so the measurement holds for any routing
+(:data:`MOE_NOTE`). Mamba-2 mixers are probed through a stand-in of mamba_ssm's fused CUDA function
+(``trainmem/trace/mamba.py``): what it saves, not what the CPU torch path keeps (:data:`MAMBA_NOTE`).
+
 Known limitations: every decoder layer is taken to save what layer 1 saves (per-layer ``layer_types``
-alternating sliding / full attention are not told apart); mixture-of-experts layers (data-dependent
-routing) and encoder–decoder models are refused; tensor, pipeline, context and expert parallelism,
+alternating sliding / full attention are not told apart), so models whose layers are of several kinds (Bamba,
+Jamba, Zamba2, Granite-4 hybrids: Mamba and attention layers interleaved) are refused; encoder–decoder models
+are derived apart (derive_seq2seq.py); tensor, pipeline, context and expert parallelism,
 Megatron, LoRA/QLoRA, selective recompute, fp8 and offload are refused until the family is described
 (the layer's sharding and op-level recompute need the structure, not only the sizes).
 """
@@ -53,16 +59,24 @@ if TYPE_CHECKING:
 
 __all__ = ["DerivedLayers", "SavedPart", "derive_spec", "probe_lengths", "DERIVE_VERSION", "SEQ_LENS", "cache_dir"]
 
-DERIVE_VERSION = 5
+DERIVE_VERSION = 6
 """Bumped when the measurement changes (part of the disk-cache key)."""
 SEQ_LENS = (64, 128, 192)
 """The sequence lengths of the fit (s₁, s₂, s₃), each with micro-batches of 1 and 2 sequences."""
 _PROBE_LAYERS = 3
 _DROP_KEYS = ("architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype", "auto_map",
               "quantization_config")
-_ATTENTION_WORDS = ("attn", "attention")
-_MLP_WORDS = ("mlp", "ffn", "feed_forward", "feedforward")
+_ATTENTION_WORDS = ("attn", "attention", "mixer", "mamba")
+"""(a Mamba mixer is the layer's token mixer: it goes with attention)"""
+_MLP_WORDS = ("mlp", "ffn", "feed_forward", "feedforward", "moe", "expert")
 _REFUSED_AXES = ("tp", "pp", "cp", "ep")
+MOE_NOTE = ("mixture-of-experts layers run transformers' grouped_mm experts (integrations/moe.py "
+            "grouped_mm_experts_forward, transformers 5.24: the tokens·top_k (token, expert) rows sorted by expert, one "
+            "grouped GEMM per projection): what they save depends on tokens·top_k only, so any routing, balanced or "
+            "skewed, saves the same bytes; the step time counts every expert's FLOPs (not the top_k routed ones)")
+MAMBA_NOTE = ("Mamba-2 mixers saved as mamba_ssm 2.3.2's fused CUDA kernel saves them (MambaSplitConv1dScanCombinedFn: "
+              "the in_proj output, the scan output and the norm's rstd per token; the scan states are recomputed in "
+              "backward), not as the CPU torch path does (trainmem/trace/mamba.py)")
 _MODES = {"fp32": ("float32", None), "16": ("bfloat16", None), "amp": ("float32", "bfloat16")}
 """Precision class → (parameter dtype, autocast dtype) of the probe (fp16 saves what bf16 saves)."""
 
@@ -119,6 +133,10 @@ class DerivedLayers:
     sliding_window: int | None = None
     """The config's sliding window (after its class's defaults); from ``kv_length >= window`` on transformers
     builds an explicit mask (masking_utils ``_ignore_causal_mask_sdpa``), so the layers are probed in that regime."""
+    moe: bool = False
+    """Mixture-of-experts layers (routed through transformers' grouped_mm experts: see :data:`MOE_NOTE`)."""
+    mamba: bool = False
+    """Mamba-2 mixers (measured as mamba_ssm's fused CUDA kernel saves: see :data:`MAMBA_NOTE`)."""
     _probes: dict[tuple[str, str, tuple[int, ...]], _Probe] = field(default_factory=dict, repr=False)
 
     @property
@@ -133,7 +151,8 @@ class DerivedLayers:
                 f"{', '.join(map(str, SEQ_LENS))} with 1 and 2 sequences for what each layer saves, linear + quadratic "
                 "in s, per sequence and shared); engine paths: "
                 "torch, fsdp2, deepspeed over data parallelism, recompute none or full (no tp/pp/cp/ep, megatron, "
-                "LoRA, selective recompute, fp8 or offload until the family is described)")
+                "LoRA, selective recompute, fp8 or offload until the family is described)"
+                + (f"; {MOE_NOTE}" if self.moe else "") + (f"; {MAMBA_NOTE}" if self.mamba else ""))
 
     def unsupported(self, setup: "TrainingSetup") -> str | None:
         """Why ``setup`` cannot be estimated for this derived model (one line), or None."""
@@ -401,12 +420,18 @@ def _hook_layers(torch: Any, layers: Any, owner: _Owner) -> list[Any]:
         for name, child in layer.named_children():
             handles.append(child.register_forward_pre_hook(lambda *_, n=name: owner.enter_child(n)))
             handles.append(child.register_forward_hook(lambda *_: owner.leave()))
-            if _component(name, child) == "mlp":
+            if _component(name, child) == "mlp" and not _has_experts(child):
                 linears = [m for m in child.modules() if _is_matmul(torch, m)]
                 if linears:  # the MLP's output projection: the last matmul it registers
                     handles.append(linears[-1].register_forward_pre_hook(lambda *_: setattr(owner, "down", True)))
                     handles.append(linears[-1].register_forward_hook(lambda *_: setattr(owner, "down", False)))
     return handles
+
+
+def _has_experts(module: Any) -> bool:
+    """A mixture-of-experts block (routed experts: transformers 5.24's fused ``*Experts`` modules, 3-D weights run by
+    ``integrations/moe.py``): what it saves goes with the MLP as a whole (no output-projection ``Linear`` to mark)."""
+    return any("expert" in n.lower() or "expert" in type(m).__name__.lower() for n, m in module.named_modules())
 
 
 def _part_name(owner: _Owner, child: str | None, down: bool, after_core: bool) -> str:
@@ -513,6 +538,8 @@ def _measure(d: DerivedLayers, mode: str, attn: str, lengths: tuple[int, ...] = 
     from trainmem.trace.autocast import cuda_autocast
     from trainmem.trace.dropout import cuda_dropout
     from trainmem.trace.hf_eager import eager_branches
+    from trainmem.trace.mamba import cuda_mamba2
+    from trainmem.trace.moe import cuda_grouped_mm
     from trainmem.trace.sdpa import cuda_sdpa
 
     param_dtype, amp_name = _MODES[mode]
@@ -525,6 +552,8 @@ def _measure(d: DerivedLayers, mode: str, attn: str, lengths: tuple[int, ...] = 
         stack.enter_context(FakeTensorMode())
         stack.enter_context(cuda_dropout())
         stack.enter_context(cuda_sdpa())
+        stack.enter_context(cuda_grouped_mm())
+        stack.enter_context(cuda_mamba2())
         stack.enter_context(cuda_autocast(lambda t: copies.add(id(t.untyped_storage()))))
         stack.enter_context(eager_branches())
         model = _build(transformers, torch, config, d.architecture, dtype=getattr(torch, param_dtype), attn=attn)
@@ -645,7 +674,7 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
     Both are cached on disk per config (a cached description needs no torch import: seconds saved).
 
     Raises ``UnsupportedError`` (one line) without torch/transformers, for a model_type transformers has
-    no causal-LM class for, and for mixture-of-experts layers; ``ConfigError`` where transformers refuses
+    no causal-LM class for, and for decoder layers of several kinds; ``ConfigError`` where transformers refuses
     the config. ``max_layers``, ``activations``: trainmem's layer guard and transformers' ACT2FN names
     (``trainmem.model.hf`` passes its own; this module does not import it)."""
     model_type = str(cfg.get("model_type"))
@@ -669,11 +698,12 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
     params = dict(fields["params"])
     params["layers"] = tuple(LayerParams(**lp) for lp in params["layers"])
     spec_fields = {k: v for k, v in fields.items()
-                   if k not in ("params", "supports_sdpa", "activations", "probe_window")}
+                   if k not in ("params", "supports_sdpa", "activations", "probe_window", "moe", "mamba")}
     return ModelSpec(name=name, **spec_fields, params=ParamCounts(**params), source=source, hf_config=dict(cfg),
                      derived=DerivedLayers(config=_clean(cfg), model_type=model_type,
                                            architecture=fields["architecture"], supports_sdpa=fields["supports_sdpa"],
-                                           sliding_window=fields.get("probe_window")))
+                                           sliding_window=fields.get("probe_window"), moe=bool(fields.get("moe")),
+                                           mamba=bool(fields.get("mamba"))))
 
 
 def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_type: str, described: str,
@@ -688,15 +718,20 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
         raise ConfigError(f"config.json: num_hidden_layers({n_layers:,}) is above trainmem's limit of {max_layers:,}")
     with torch.device("meta"):
         model = _build(transformers, torch, config, architecture)
-    if any("expert" in n.lower() for n, _ in model.named_modules()):
-        raise UnsupportedError(f"model_type {model_type!r}: mixture-of-experts layers are not derived from "
-                               "transformers (routing is data-dependent); this family needs a description")
     counts, tied, layers = _param_counts(torch, model, n_layers)
+    kinds = {tuple((n, type(c).__name__) for n, c in layer.named_children()) for layer in layers}
+    if len(kinds) > 1:
+        raise UnsupportedError(f"model_type {model_type!r}: its decoder layers are of {len(kinds)} kinds (Mamba / "
+                               "attention / MoE layers interleaved); the deriver measures one layer for all, so it "
+                               "describes models whose layers are alike (Mamba2, Falcon-H1's parallel hybrid)")
     h = int(_first_attr(config, "hidden_size", "n_embd", "d_model"))
     heads = int(_first_attr(config, "num_attention_heads", "n_head", default=1))
     kv = int(_first_attr(config, "num_key_value_heads", "num_kv_heads", default=heads))
     head_dim = int(_first_attr(config, "head_dim", default=h // heads))
     width, gated = _mlp_shape(torch, layers[0])
+    moe = any(_has_experts(m) for m in layers)
+    mamba = any(hasattr(m, "ssm_state_size") or type(m).__name__.endswith("Mixer") and hasattr(m, "A_log")
+                for m in model.modules())
     names = {type(m).__name__.lower() for m in model.modules()}
     if counts.position_embedding:
         position = "learned"
@@ -717,7 +752,7 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
         rotary_dim=_rotary_dim(config, head_dim) if position == "rope" else None,
         params={**dataclasses.asdict(counts), "layers": [dataclasses.asdict(lp) for lp in counts.layers]},
         supports_sdpa=bool(getattr(getattr(transformers, architecture), "_supports_sdpa", False)),
-        probe_window=_window(config),
+        probe_window=_window(config), moe=moe, mamba=mamba,
         activations=sorted(activations))
 
 

@@ -55,9 +55,11 @@ PATTERNS: list[tuple[str, str]] = [
      "transformers: pip install 'trainmem[trace]'",
      "trainmem 中没有 model_type {mt} 的层描述；从 transformers 推导需要 torch 和 transformers："
      "pip install 'trainmem[trace]'"),
-    ("model_type {mt}: mixture-of-experts layers are not derived from transformers (routing is data-dependent); "
-     "this family needs a description",
-     "model_type {mt}：混合专家（MoE）层不能从 transformers 推导（路由依赖数据）；这个模型家族需要专门的描述"),
+    ("model_type {mt}: its decoder layers are of {n:d} kinds (Mamba / attention / MoE layers interleaved); the deriver "
+     "measures one layer for all, so it describes models whose layers are alike (Mamba2, Falcon-H1's parallel hybrid)",
+     "model_type {mt}：它的解码器层有 {n} 种（Mamba / 注意力 / MoE 层交错）；推导器只测量一层并用于所有层，因此只能描述各层"
+     "相同的模型（Mamba2、Falcon-H1 的并行混合结构）"),
+    ("attn eager: {mt} has no sdpa attention in transformers ({a})", "attn eager：transformers 中 {mt} 没有 sdpa 注意力（{a}）"),
     ("{a}: no list of {n:d} decoder layers found to derive from", "{a}：找不到由 {n} 个解码器层组成的列表，无法推导"),
     ("config.json (model_type {mt}): transformers refuses it: {e}", "config.json（model_type {mt}）：transformers 拒绝了它：{e}"),
     ("transformers cannot build {a} from this config: {e}", "transformers 无法用这个配置构建 {a}：{e}"),
