@@ -21,8 +21,8 @@ BAD: list[tuple[str, str, str]] = [
     ("broken.toml", "[training\nlocal_batch_size = 1\n", "not valid TOML"),
     ("other.yaml", "foo: 1\nbar: [1, 2]\n", "not a config trainmem reads"),
     ("binary.yaml", "\x00\x01\x02", "a binary file"),
-    ("ax8.yaml", "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 1\nadapter: lora\nlora_r: 8\n"
-                 "lora_target_linear: true\nload_in_8bit: true\n", "load_in_8bit: an 8-bit base model is not modelled"),
+    ("ax8.yaml", "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 1\nadapter: qlora\nlora_r: 8\n"
+                 "lora_target_linear: true\nload_in_8bit: true\n", "load_in_8bit: an 8-bit base is modelled under adapter lora"),
     ("ax_ia3.yaml", "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 1\nadapter: ia3\n", "adapter ia3"),
     ("ax_norank.yaml", "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: 1\nadapter: lora\n"
                        "lora_target_linear: true\n", "without lora_r"),

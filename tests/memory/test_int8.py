@@ -64,3 +64,14 @@ def test_a_live_peft_model_over_an_int8_base_is_read_as_load_in_8bit():
     est = trainmem.estimate(peft)
     assert est.setup["load_in_8bit"] is True and est.setup["lora_rank"] == 4
     assert any(a.startswith("load_in_8bit: the base weights are LLM.int8") for a in est.assumptions)
+
+
+def test_axolotl_config_with_load_in_8bit_reads_as_int8_lora(tmp_path):
+    """axolotl ``adapter: lora`` + ``load_in_8bit: true`` (examples/llama-2/lora.yml) -> --load-in-8bit."""
+    from trainmem.frameworks.readers import read_config
+
+    f = tmp_path / "lora.yml"
+    f.write_text("base_model: meta-llama/Llama-2-7b-hf\nload_in_8bit: true\nadapter: lora\nlora_r: 32\n"
+                 "lora_target_linear: true\nmicro_batch_size: 2\nsequence_len: 4096\n")
+    fields = read_config(str(f)).fields
+    assert fields["load_in_8bit"] is True and fields["lora_rank"] == 32 and not fields.get("qlora")

@@ -115,8 +115,8 @@ def _checkpointing(r: Reading) -> None:
 
 def _adapter(r: Reading) -> None:
     adapter = r.get("adapter")
-    if r.bool_("load_in_8bit"):
-        raise r.refuse("load_in_8bit: an 8-bit base model is not modelled (adapter qlora with load_in_4bit is)")
+    if r.bool_("load_in_8bit") and adapter != "lora":
+        raise r.refuse("load_in_8bit: an 8-bit base is modelled under adapter lora (LoRA over LLM.int8)")
     if adapter is None:
         if r.bool_("load_in_4bit"):
             raise r.refuse("load_in_4bit without an adapter: axolotl refuses a 4-bit full fine-tune")
@@ -144,6 +144,8 @@ def _adapter(r: Reading) -> None:
         if not r.bool_("load_in_4bit", adapter == "qlora"):
             raise r.refuse("adapter qlora with load_in_4bit false is not QLoRA")
         r.set("qlora", True, "adapter qlora / load_in_4bit")
+    if r.bool_("load_in_8bit"):  # (adapter lora: memory/int8.py)
+        r.set("load_in_8bit", True, "load_in_8bit")
 
 
 def _plugins(r: Reading) -> None:

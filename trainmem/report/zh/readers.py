@@ -58,6 +58,8 @@ EXACT: dict[str, str] = {
     # ------------------------------------------------------------------ refusals (after "--from FILE: ")
     "unfrozen_parameters (training a subset of the weights) is not modelled":
         "unfrozen_parameters（只训练一部分权重）没有建模",
+    "load_in_8bit: an 8-bit base is modelled under adapter lora (LoRA over LLM.int8)":
+        "load_in_8bit：8 位基座只在 adapter lora 下建模（LLM.int8 上的 LoRA）",
     "load_in_8bit: an 8-bit base model is not modelled (adapter qlora with load_in_4bit is)":
         "load_in_8bit：8 位基座模型没有建模（adapter qlora 配合 load_in_4bit 有建模）",
     "load_in_8bit: an 8-bit base model is not modelled (use load_in_4bit for QLoRA)":
