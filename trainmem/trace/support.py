@@ -85,6 +85,9 @@ def check_traceable(spec: "ModelSpec", setup: "TrainingSetup") -> None:
         raise _no("--fsdp-version 1 (the tracer runs FSDP2's fully_shard; FSDP1's flat parameters are estimated only)")
     if s.engine == "fsdp2" and s.precision == "amp-fp16":
         raise _no("fsdp2 with amp-fp16 (loss scaling of sharded gradients is not traced yet)")
+    if spec.vision is not None:  # (trainmem/model/vlm.py: the tracer builds the text model only)
+        raise _no(f"{spec.vision.model_type}'s vision tower (the tracer builds causal LMs; the tower is measured by "
+                  "the estimate itself: docs/vision.md)")
     if not spec.hf_config:
         raise _no(f"{spec.name}: no Hugging Face config to build the model from")
     if spec.model_type == "opt" and (spec.hf_config.get("layerdrop") or 0) > 0:
