@@ -89,6 +89,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
                                                              "and free its gradient (torchtune optimizer_in_bwd)"),
     ("compile", _B, "--compile", "torch/fsdp2: each decoder layer torch.compile'd (torchtitan, torchtune; inductor's "
                                  "min-cut partitioner saves fewer tensors)"),
+    ("no_compile_loss", _B, "--no-compile-loss", "with --compile: the loss stays eager (torchtitan's 2024-12 "
+                                                 "benchmarks compiled the blocks only)"),
     ("lora_rank", _I, "--lora-rank", "LoRA rank; 0 = full fine-tuning"),
     ("lora_targets", _S, "--lora-targets", "comma list of module names (PEFT's), or all-linear"),
     ("lora_dropout", _S, "--lora-dropout", "with LoRA: the adapters' dropout probability (PEFT lora_dropout) [0.0]"),

@@ -56,6 +56,7 @@ offload            none            none | optimizer | optimizer+params
 optimizer_in_backward False        torch, one GPU: each parameter stepped and its gradient freed in its backward (torchtune)
 compile            False           torch/fsdp2: decoder layers torch.compile'd one by one (torchtitan, torchtune): saved
                                    tensors as inductor's min-cut partitioner keeps them (trainmem/memory/compile.py)
+no_compile_loss    False           with compile: the loss stays eager (torchtitan Dec 2024 compiled the blocks only)
 lora_rank          0               0 = full fine-tuning
 qlora              False           NF4 base weights (needs lora_rank > 0)
 load_in_8bit       False           LoRA over LLM.int8 base weights (bitsandbytes 0.41: memory/int8.py)
@@ -223,6 +224,12 @@ class TrainingSetup(BaseModel):
     TransformerBlock, after ``apply_ac``; torchtune ``compile: True``; HF Trainer ``torch_compile``): a layer saves
     what AOTAutograd's min-cut partitioner keeps (torch/_functorch/partitioners.py, torch 2.13), not what its eager
     ops save (trainmem/memory/compile.py)."""
+    no_compile_loss: bool = False
+    """With ``compile``: the loss is not compiled, only the decoder layers. torchtitan between 2024-12-18
+    (e8977b0 "turning off compile on loss function": train.py ``# if job_config.training.compile: loss_fn =
+    torch.compile(loss_fn)``, "compiling loss function causes CUDA errors"; so at 9dec370, the run of its
+    2024-12 benchmark tables) and its ``compile.components`` (model, loss) of 2025; default: the loss compiled too
+    (torchtitan today, torchtune ``compile: True``, HF Trainer's whole-model compile)."""
     lora_rank: int = Field(0, ge=0)
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
@@ -499,9 +506,6 @@ class TrainingSetup(BaseModel):
         p = self.precision
         if self.lora_dropout and not self.lora_rank:
             raise ValueError(f"--lora-dropout {self.lora_dropout:g} needs LoRA (--lora-rank > 0)")
-        if self.lora_dropout and "lm_head" in self.lora_targets:
-            raise ValueError("--lora-dropout with an lm_head adapter is not modelled (the head adapter's dropout of "
-                             "the b·s·h input); use --lora-dropout 0 for the estimate of the rest")
         if self.adapter_dtype is not None and not self.lora_rank:
             raise ValueError(f"--adapter-dtype {self.adapter_dtype} needs LoRA (--lora-rank > 0)")
         if self.lora_rank and self.adapter_dtype is None:
@@ -624,6 +628,8 @@ def make_setup(**fields: object) -> TrainingSetup:
 
 def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
     """Checks that need the model: divisibility of heads, layers and experts."""
+    if setup.no_compile_loss and not setup.compile:
+        raise ConfigError("--no-compile-loss needs --compile (it keeps the loss eager under a compiled model)")
     if setup.compile:  # (trainmem/memory/compile.py: the families and setups whose compiled layer is measured)
         from trainmem.memory.compile import compile_refusal
         why = compile_refusal(spec, setup)

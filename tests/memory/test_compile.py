@@ -80,7 +80,7 @@ def test_llama_3_1_8b_compiled_layer_by_hand() -> None:
     (dict(engine="deepspeed"), "--engine torch or fsdp2"),
     (dict(lora_rank=8), "LoRA"),
     (dict(engine="fsdp2", gpus=2, tp=2), "tensor or context parallelism"),
-    (dict(recompute="selective"), "selective"),
+    (dict(engine="fsdp2", gpus=2, precision="fp8"), "fp8 linears"),  # (selective: tests/trace/test_compile_sac_trace.py)
     (dict(attn="eager"), "--attn sdpa or flash"),
 ])
 def test_unmodelled_setups_are_refused_in_one_line(kw: dict, needle: str) -> None:
@@ -120,11 +120,15 @@ def test_every_compile_message_has_its_chinese_entry() -> None:
     from trainmem.report.i18n import tr
 
     spec = load_catalog_spec("llama-3.1-8b")
-    setups = [dict(engine="megatron"), dict(engine="deepspeed"), dict(lora_rank=8), dict(recompute="selective"),
+    setups = [dict(engine="megatron"), dict(engine="deepspeed"), dict(lora_rank=8),
+              dict(engine="fsdp2", gpus=2, precision="fp8"),
               dict(attn="eager"), dict(engine="fsdp2", gpus=2, tp=2), dict(precision="fp32", seq_len=S)]
     msgs = [compile_refusal(spec, make_setup(compile=True, **kw)) for kw in setups]
     msgs.append(compile_refusal(load_catalog_spec("mixtral-8x7b"), make_setup(compile=True)))
+    msgs.append(compile_refusal(load_catalog_spec("qwen2.5-7b"), make_setup(compile=True, recompute="selective")))
     msgs += compile_assumptions(make_setup(compile=True, recompute="full"))
+    msgs += compile_assumptions(make_setup(compile=True, recompute="full", lora_rank=8))[1:2]
+    msgs += compile_assumptions(make_setup(compile=True, recompute="selective", no_compile_loss=True))[1:3]
     for m in msgs:
         assert m and tr(m, "zh") != m, m
 
@@ -137,8 +141,7 @@ def test_plan_compile_keeps_the_configurations_compile_is_modelled_for(capsys) -
     assert main(["plan", "llama-3.1-8b", "--cluster", "8xH100-SXM-80G", "--global-batch", "64", "--compile",
                  "--json"]) == 0
     plans = json.loads(capsys.readouterr().out)["plans"]
-    assert plans and all(p["engine"] in ("torch", "fsdp2") and p["tp"] == p["cp"] == 1
-                         and p["recompute"] != "selective" for p in plans), plans
+    assert plans and all(p["engine"] in ("torch", "fsdp2") and p["tp"] == p["cp"] == 1 for p in plans), plans
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "mistral-nemo-12b", "qwen2.5-7b", "qwen3-14b", "phi-4", "gpt2"])

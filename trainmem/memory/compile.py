@@ -29,6 +29,20 @@ Measured, not assumed: tests/memory/test_compile.py partitions tiny models of ea
 partitioner (``aot_eager_decomp_partition``: inductor's decompositions + min-cut) and checks these terms to the
 byte; tests/trace/test_compile_trace.py runs a whole step with ``backend="inductor"`` on the CPU.
 
+Under torchtitan's op-level selective checkpointing (``--recompute selective``: ``apply_ac`` wraps each block in a
+checkpoint whose ``context_fn`` tags every op MUST_SAVE — the outputs of ``aten.mm`` except every second one, of the
+SDPA/flash kernels, of ``reduce_scatter_tensor`` and ``max`` — or PREFER_RECOMPUTE, then ``apply_compile`` compiles
+the wrapped block) the partitioner honours the tags: PREFER_RECOMPUTE nodes are ``must_recompute`` (an infinite
+edge to the sink: always recomputed in backward), MUST_SAVE ones are banned from recompute. The min cut then keeps
+the block's input and those MUST_SAVE outputs that backward reads, directly or to recompute a tagged node — all of
+eager SAC's saved set (trainmem/memory/plan.py ``_torchtitan_op_sac``) except a saved output no backward node reads:
+the block's last matmul when the policy saves it (a llama-style block's seventh, ``down_proj``: its output only
+feeds the residual sum, the block's output), which eager SAC's cache stores anyway
+(:func:`compiled_op_sac_unread_width`). Traced with the torchtitan policy on the CPU
+(trainmem/trace/compiled.py ``torchtitan_op_sac_context``; tests/trace/test_compile_sac_trace.py). torchtitan's
+per-layer selective AC (``selective_ac_option`` "2": every second block fully checkpointed, the others not) is a
+compiled block with and without its checkpoint: ``--recompute full --recompute-layers`` with half the layers.
+
 Scope (``compile_refusal`` says so for the rest): decoder layers compiled one by one, as torchtitan's
 ``apply_compile`` (each TransformerBlock, after ``apply_ac``: a checkpointed block is compiled with its
 checkpoint, so it saves its input only) and torchtune's ``compile: True`` (each layer) do. HF Trainer's
@@ -54,7 +68,7 @@ if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which valid
     from trainmem.setup import TrainingSetup
 
 __all__ = ["COMPILE_FAMILIES", "compile_refusal", "compiled_layer_saved", "compiled_checkpoint_input_bytes",
-           "compiled_loss_buffers", "compile_assumptions"]
+           "compiled_loss_buffers", "compile_assumptions", "compiled_op_sac_unread_width"]
 
 #: Families whose compiled layer is described here (each measured: tests/memory/test_compile.py).
 COMPILE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", "gpt2")
@@ -67,9 +81,13 @@ def compile_refusal(spec: ModelSpec, setup: TrainingSetup) -> str | None:
     if setup.engine in ("megatron", "deepspeed"):
         return (f"--compile is modelled for --engine torch or fsdp2 (torchtitan, torchtune, HF Trainer); {setup.engine}'s "
                 f"compiled step is not")
-    for bad, why in ((setup.tp > 1 or setup.cp > 1, "tensor or context parallelism"), (setup.is_lora, "LoRA"),
-                     (setup.recompute == "selective", "--recompute selective (op-level checkpointing)"),
-                     (setup.precision == "fp8", "fp8 linears")):
+    for bad, why in ((setup.tp > 1 or setup.cp > 1, "tensor or context parallelism"),
+                     (setup.is_lora and setup.recompute != "full", "LoRA without --recompute full"),
+                     (setup.precision == "fp8", "fp8 linears (torchao Float8Linear's saved set is version-dependent)"),
+                     (setup.recompute == "selective" and spec.moe_layer_indices, "--recompute selective on MoE layers"),
+                     (setup.recompute == "selective" and _biased_linears(spec),
+                      "--recompute selective on biased linears (they run aten.addmm, which torchtitan's save list does "
+                      "not name)")):
         if bad:
             return f"--compile with {why} is not modelled; use --compile with full fine-tuning, --recompute none or full"
     if spec.model_type not in COMPILE_FAMILIES:
@@ -126,6 +144,25 @@ def norm_stat_bytes(setup: TrainingSetup) -> int:
     return 4 if (setup.precision == "fp32" or is_amp(setup)) else compute_bytes(setup)
 
 
+def _biased_linears(spec: ModelSpec) -> bool:
+    """Whether the block's linears carry biases: ``F.linear`` with a bias runs ``aten.addmm`` (aten/src/ATen/native/
+    Linear.cpp ``_flatten_nd_linear`` for a 3-D input; GPT-2's Conv1D calls ``torch.addmm``), so torchtitan's policy
+    neither counts nor saves them (traced: a Qwen2.5 block keeps o_proj's and up_proj's outputs, not q's and v's)."""
+    cfg = spec.hf_config or {}
+    return spec.model_type in ("gpt2", "qwen2") or bool(cfg.get("attention_bias")) or bool(cfg.get("mlp_bias"))
+
+
+def compiled_op_sac_unread_width(mm_widths: list[float]) -> float:
+    """Of the matmul outputs torchtitan's op-level SAC policy saves in a compiled block (mm widths per token in call
+    order; the 1st, 3rd, … are MUST_SAVE), the width the partitioner does not keep because no backward node reads
+    it: the block's last matmul when it is an odd-numbered one (its output only enters the residual sum that
+    leaves the block; torch 2.13 ``partitioners.py``: a MUST_SAVE node is saved only where the cut crosses it, and
+    a node with no path to the backward is never on the cut). Every earlier saved output is read: q and v by the
+    attention backward, the gate (or c_fc / gate_up) by the activation's backward, o_proj's by the recompute of
+    the residual under the second norm. 0 for an even count (GPT-2, fused qkv with Phi-3's gate_up_proj)."""
+    return mm_widths[-1] if len(mm_widths) % 2 == 1 else 0.0
+
+
 def compiled_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     """A compiled, checkpointed layer's recomputation (inside its compiled backward) saves its input again, which
     the checkpoint holds already: r·h per token, not allocated twice."""
@@ -157,6 +194,18 @@ def compile_assumptions(setup: TrainingSetup) -> list[str]:
            "torch 2.13), the loss keeps the 16-bit logits and two fp32 values per token; embeddings, final norm and head "
            "eager (HF Trainer's whole-model compile also makes transformers build an explicit b·s² attention mask: not "
            "modelled); eager kernels' temporaries; step time unchanged (no cited compile speed-up factor)"]
+    if setup.no_compile_loss:
+        out.append("--no-compile-loss: the loss stays eager, its buffers as without --compile (torchtitan between "
+                   "e8977b0, 2024-12-18, and its 2025 compile.components)")
+    if setup.is_lora:
+        out.append("torch.compile with LoRA (torchtune's LoRA recipes with compile: True), modelled with --recompute full "
+                   "only: each block keeps its checkpointed input, as eager; the one block recomputed at a time in "
+                   "backward is counted with its eager saved tensors (a compiled LoRA block is not measured: an upper "
+                   "bound of that one layer); the loss compiled")
+    if setup.recompute == "selective":
+        out.append("torch.compile with --recompute selective: torchtitan's op-level SAC tags honoured by the partitioner "
+                   "(PREFER_RECOMPUTE recomputed, MUST_SAVE kept where backward reads it): eager SAC's saved set less "
+                   "the block's last matmul output when the policy saves it (trainmem/memory/compile.py)")
     out.append("warning: on the one published GPU measurement of compile's memory (torchtune, Llama-3.2-3B bf16, "
                "benchmarks/published_points.json) compile saved 9 GiB where this model saves 16.6 GiB: read the compiled "
                "estimate as a lower bound of the peak")
@@ -167,11 +216,12 @@ def compile_assumptions(setup: TrainingSetup) -> list[str]:
 
 
 def _layer(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, fp8: bool) -> LayerSaved | None:
-    return compiled_layer_saved(spec, setup, layer_idx) if setup.compile else None
+    # (LoRA, checkpointed: the layer as eager, see compile_assumptions)
+    return compiled_layer_saved(spec, setup, layer_idx) if setup.compile and not setup.is_lora else None
 
 
 def _checkpoint_input(spec: ModelSpec, setup: TrainingSetup) -> int | None:
-    return compiled_checkpoint_input_bytes(spec, setup) if setup.compile else None
+    return compiled_checkpoint_input_bytes(spec, setup) if setup.compile and not setup.is_lora else None
 
 
 LAYER_MODELS.append(LayerModel(layer_saved=_layer, checkpoint_input_bytes=_checkpoint_input))

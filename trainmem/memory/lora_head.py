@@ -8,7 +8,11 @@ PEFT 0.21.2 ``tuners/lora/layer.py`` ``Linear.forward`` on the frozen head (h â†
     result = result.to(torch_result_dtype)           # back to the base's dtype: the logits
 
 ``lora_dropout`` 0 (PEFT's default, torchtune's configs): ``dropout`` is ``nn.Identity``, the adapter reads x
-itself. The base keeps no input (its weight is frozen); ``lora_A`` keeps its input, ``lora_B`` the rank
+itself. ``lora_dropout`` > 0 (litgpt's default 0.05 with ``lora_head: true``; litgpt 0.5 ``lora.py``
+``LoRALinear.forward``: ``self.lora_dropout(x) @ lora_A.T @ lora_B.T``, the same order as PEFT's): ``nn.Dropout``
+on the (cast) input keeps its bool mask (torch ``native_dropout``, 1 B per element) and lora_A keeps the dropout's
+output in place of x (:func:`head_dropout_saved_per_token`).
+The base keeps no input (its weight is frozen); ``lora_A`` keeps its input, ``lora_B`` the rank
 activation. Four dtype cases (``e``: bytes of an adapter activation element):
 
 - bf16/fp16 base, fp32 adapters (PEFT's ``autocast_adapter_dtype=True``), no autocast: x is cast to an fp32 copy
@@ -35,8 +39,8 @@ from trainmem.model.lora_targets import LoraLinear, targeted_head_linear
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
-__all__ = ["adapted_head", "head_adapter_keeps_input", "head_adapter_saved_bytes", "head_adapter_forward_bytes",
-           "head_adapter_backward_bytes"]
+__all__ = ["adapted_head", "head_adapter_keeps_input", "head_dropout_saved_per_token", "head_adapter_saved_bytes",
+           "head_adapter_forward_bytes", "head_adapter_backward_bytes"]
 
 
 def adapted_head(spec: ModelSpec, setup: TrainingSetup) -> LoraLinear | None:
@@ -65,9 +69,23 @@ def _fp32_adapters_on_16bit_base(setup: TrainingSetup) -> bool:
 
 
 def head_adapter_keeps_input(spec: ModelSpec, setup: TrainingSetup) -> bool:
-    """Whether lora_A keeps the final norm's output itself (adapters in the base's dtype, or fp32): then the
-    tensor the forward holds while the loss runs (activations.lora_head_frame_bytes) is a saved one."""
-    return adapted_head(spec, setup) is not None and not _fp32_adapters_on_16bit_base(setup)
+    """Whether lora_A keeps the final norm's output itself (adapters in the base's dtype, or fp32, no dropout): then
+    the tensor the forward holds while the loss runs (activations.lora_head_frame_bytes) is a saved one."""
+    return (adapted_head(spec, setup) is not None and not _fp32_adapters_on_16bit_base(setup)
+            and not setup.lora_dropout)
+
+
+def head_dropout_saved_per_token(setup: TrainingSetup, width: int) -> int:
+    """Bytes per token the head adapter's dropout keeps for backward in place of lora_A's input x: its bool mask
+    (1 B per element: ``native_dropout`` returns ``(output, mask)``, ``NativeDropoutBackward`` keeps the mask) and
+    its output, lora_A's saved input â€” in the adapter dtype (4 B fp32, 2 B bf16) as PEFT casts x before dropout;
+    under autocast with fp32 adapters lora_A keeps autocast's 16-bit cast of the fp32 dropout output (2 B), the
+    dropout output itself a frame temporary freed when lora_A returns. 0 without dropout."""
+    if not setup.lora_dropout:
+        return 0
+    amp32 = _fp32_adapters_on_16bit_base(setup) and is_amp(setup)
+    e = 2 if (adapters_16bit(setup) or amp32) else 4
+    return (1 + e) * width
 
 
 def head_adapter_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -78,6 +96,10 @@ def head_adapter_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     if head is None:
         return 0
     T, r = _tokens(setup), setup.lora_rank
+    if setup.lora_dropout:  # (the mask and the dropout's output in place of lora_A's input)
+        e = 2 if (adapters_16bit(setup) or is_amp(setup)) else 4
+        weights = 2 * r * (head.fin + head.fout) if (_fp32_adapters_on_16bit_base(setup) and is_amp(setup)) else 0
+        return (head_dropout_saved_per_token(setup, head.fin) + e * r) * T + weights
     if _fp32_adapters_on_16bit_base(setup) and is_amp(setup):
         return (2 * head.fin + 2 * r) * T + 2 * r * (head.fin + head.fout)
     e = 2 if adapters_16bit(setup) else 4

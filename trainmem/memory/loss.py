@@ -63,7 +63,7 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
         return unshifted_16bit_ce_buffers(n, c)
     if setup.loss_parallel:
         return _sp_final_norm_shard(spec, setup, _dtensor_loss_parallel(spec, setup, n, c))
-    if setup.compile and setup.loss in ("hf", "chunked"):  # the compiled loss (trainmem/memory/compile.py)
+    if setup.compile and not setup.no_compile_loss and setup.loss in ("hf", "chunked"):  # (memory/compile.py)
         from trainmem.memory.compile import compiled_loss_buffers
         eager = _chunked(spec, setup, n, c) if setup.loss == "chunked" else loss_buffers(
             spec, setup.model_copy(update={"compile": False}))

@@ -19,6 +19,7 @@ from trainmem.memory.layers.base import (LayerSaved, compute_bytes, derived_attn
 from trainmem.memory.layers.mlp import (plain_mlp_act_forward_extra_per_elem, plain_mlp_act_saved_per_elem,
                                         relu2_backward_extra_per_elem)
 from trainmem.memory.layers.model_wide import checkpoint_input_elem_bytes, model_wide_saved_bytes
+from trainmem.memory.compile import compiled_op_sac_unread_width
 from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
 from trainmem.memory.states import RankParams, layers_of_stage, lora_param_count
 from trainmem.model.spec import ModelSpec
@@ -409,6 +410,8 @@ def _torchtitan_op_sac(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
     # (column-parallel outputs are tp-local; row-parallel ones a full-width partial sum before the reduce)
     widths = [w / tp for w in attn_mm] + [h] + [w / tp for w in mlp_mm] + [h]
     kept_mm = sum(w for n, w in enumerate(widths, start=1) if n % 2 == 1)
+    if s.compile:  # (compiled, the partitioner keeps only the saved outputs backward reads: memory/compile.py)
+        kept_mm -= compiled_op_sac_unread_width(widths)
     fused_attn = s.attn != "eager" and not sdpa_math_fallback(spec, s)
     attn_out = (c * a * dv + 4 * a) / tp if fused_attn else 0.0
     T = s.micro_batch * s.seq_len // s.cp

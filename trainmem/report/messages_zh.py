@@ -43,6 +43,30 @@ EXACT: dict[str, str] = {
     "tensor or context parallelism": "张量并行或上下文并行",
     "--recompute selective (op-level checkpointing)": "--recompute selective（算子级检查点）",
     "fp8 linears": "fp8 线性层",
+    "LoRA without --recompute full": "不带 --recompute full 的 LoRA",
+    "fp8 linears (torchao Float8Linear's saved set is version-dependent)":
+        "fp8 线性层（torchao Float8Linear 保存的张量随版本而变）",
+    "--recompute selective on MoE layers": "MoE 层上的 --recompute selective",
+    "--recompute selective on biased linears (they run aten.addmm, which torchtitan's save list does not name)":
+        "带偏置线性层上的 --recompute selective（它们走 aten.addmm，torchtitan 的保存列表里没有这个算子）",
+    "--no-compile-loss needs --compile (it keeps the loss eager under a compiled model)":
+        "--no-compile-loss 需要 --compile（它让编译后的模型里的 loss 保持 eager）",
+    "--no-compile-loss: the loss stays eager, its buffers as without --compile (torchtitan between e8977b0, "
+    "2024-12-18, and its 2025 compile.components)":
+        "--no-compile-loss：loss 保持 eager，其缓冲区与不加 --compile 时相同（torchtitan 在 e8977b0（2024-12-18）"
+        "到 2025 年 compile.components 之间的做法）",
+    "torch.compile with LoRA (torchtune's LoRA recipes with compile: True), modelled with --recompute full only: each "
+    "block keeps its checkpointed input, as eager; the one block recomputed at a time in backward is counted with its "
+    "eager saved tensors (a compiled LoRA block is not measured: an upper bound of that one layer); the loss compiled":
+        "torch.compile 加 LoRA（torchtune 的 LoRA 配方加 compile: True），只在 --recompute full 下建模：每个 block 与 "
+        "eager 一样只保留检查点输入；反向传播中每次重算的那一个 block 按 eager 保存的张量计（编译后的 LoRA block "
+        "未实测：该层的上界）；loss 编译",
+    "torch.compile with --recompute selective: torchtitan's op-level SAC tags honoured by the partitioner "
+    "(PREFER_RECOMPUTE recomputed, MUST_SAVE kept where backward reads it): eager SAC's saved set less the block's "
+    "last matmul output when the policy saves it (trainmem/memory/compile.py)":
+        "torch.compile 加 --recompute selective：分割器遵循 torchtitan 算子级 SAC 的标记（PREFER_RECOMPUTE 重算，"
+        "MUST_SAVE 在反向读取时保留）：即 eager SAC 保存的集合，减去策略保存的 block 最后一个 matmul 的输出"
+        "（trainmem/memory/compile.py）",
     "--compile is modelled with --attn sdpa or flash (a compiled eager softmax is not measured)":
         "--compile 只对 --attn sdpa 或 flash 建模（编译后的 eager softmax 未实测）",
     "--compile with a masked or math-kernel attention (sliding window, fp32 with GQA) is not modelled; use a 16-bit "

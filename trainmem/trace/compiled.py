@@ -7,7 +7,8 @@ the model is built on fake tensors (no memory, any size), its first decoder laye
 ``backend="aot_eager_decomp_partition"`` (torch/_dynamo/backends/debugging.py, torch 2.13: AOTAutograd with
 inductor's decompositions and ``min_cut_rematerialization_partition``, the partition inductor itself makes,
 without generating kernels), checkpointed inside the compiled region under ``--recompute full`` (torchtitan's
-apply_ac then apply_compile), and one forward records what autograd keeps (``saved_tensors_hooks``, by storage;
+apply_ac then apply_compile) and under ``--recompute selective`` with torchtitan's op-level SAC policy as its
+``context_fn`` (:func:`torchtitan_op_sac_context`), and one forward records what autograd keeps (``saved_tensors_hooks``, by storage;
 parameters and what the eager second layer also keeps — rotary cos/sin — left out, as the CPU generator state a
 compiled checkpoint saves, host memory on a GPU). Attention dropout is set to 0 in the copy: CUDA's flash
 kernel keeps no mask for it, where the CPU's SDPA would fall back to its math kernel. Autocast recipes run CPU
@@ -28,6 +29,46 @@ if TYPE_CHECKING:
 __all__ = ["CompiledLayerTrace", "trace_compiled_layer"]
 
 _BACKEND = "aot_eager_decomp_partition"
+
+
+def _op_sac_save_list() -> set:
+    """torchtitan's op-level SAC save list (torchtitan 0.2.2 ``models/llama3/infra/parallelize.py``
+    ``_op_sac_save_list``; at 9dec370, 2024-12, ``_save_list`` also had ``aten.abs``), the ops that exist in torch
+    2.13 and matter for a dense decoder layer, plus the CPU's SDPA flash kernel
+    (``_scaled_dot_product_flash_attention_for_cpu``, what ``is_causal`` SDPA runs on the CPU) standing in for
+    CUDA's ``_scaled_dot_product_flash_attention``, which the list names. (Copied, not imported: importing
+    torchtitan's llama3 package needs triton.)"""
+    import torch
+    aten = torch.ops.aten
+    return {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
+            aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_cudnn_attention.default,
+            aten._scaled_dot_product_flash_attention_for_cpu.default,
+            torch.ops._c10d_functional.reduce_scatter_tensor.default, aten.max.default}
+
+
+def torchtitan_op_sac_context():  # noqa: ANN201 - torch.utils.checkpoint's context_fn
+    """torchtitan's op-level selective checkpointing policy as a ``context_fn`` (torchtitan 0.2.2
+    ``distributed/activation_checkpoint.py`` ``_apply_op_sac._get_custom_policy``, unchanged in substance since
+    9dec370's ``parallelize_llama.py``): MUST_SAVE the outputs of the save-list ops except every second
+    ``aten.mm`` (the count restarts per checkpointed call, separately for forward and recompute); PREFER_RECOMPUTE
+    the rest. Under ``torch.compile`` the partitioner honours these tags (torch 2.13
+    ``torch/_functorch/partitioners.py``: ``must_recompute`` for PREFER_RECOMPUTE, ``should_ban_recomputation``
+    "marked MUST_SAVE")."""
+    from collections import defaultdict
+
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    save, meta = _op_sac_save_list(), defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs):  # noqa: ANN001, ANN202
+        key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
+        if func == torch.ops.aten.mm.default:
+            meta[key] += 1
+        keep = func in save and not (func == torch.ops.aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 @dataclass(frozen=True)
@@ -107,11 +148,12 @@ def trace_compiled_layer(spec: "ModelSpec", setup: "TrainingSetup") -> CompiledL
         layer = layers[0]
         weights = sum(p.numel() for p in layer.parameters() if p.dim() == 2)
         fwd = layer.forward
-        if setup.recompute == "full":
+        if setup.recompute in ("full", "selective"):
             from torch.utils.checkpoint import checkpoint
+            extra = {"context_fn": torchtitan_op_sac_context} if setup.recompute == "selective" else {}
 
             def fwd(*args, _f=layer.forward, **kwargs):  # noqa: ANN001, ANN202, F811
-                return checkpoint(_f, *args, use_reentrant=False, **kwargs)
+                return checkpoint(_f, *args, use_reentrant=False, **extra, **kwargs)
         compiled = torch.compile(fwd, backend=_BACKEND)
 
         def marked(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -130,7 +172,10 @@ def trace_compiled_layer(spec: "ModelSpec", setup: "TrainingSetup") -> CompiledL
     est = compiled_layer_saved(spec, setup, 0)
     est_bytes = est.total_bytes if setup.recompute != "full" else \
         next(t.bytes for t in est.terms if t.name == "layer_input")
-    if is_amp(setup) and setup.recompute != "full":
+    if setup.recompute == "selective":  # (the op-SAC policy's kept set, compiled: memory/compile.py, plan.py)
+        from trainmem.memory.plan import kept_per_layer
+        est_bytes = kept_per_layer(spec, setup)[0]
+    if is_amp(setup) and setup.recompute == "none":
         est_bytes += 2 * weights  # autocast's 16-bit weight copies, kept by the matmuls (the estimate's copies)
     return CompiledLayerTrace(model=spec.name, tokens=setup.micro_batch * setup.seq_len,
                               saved_bytes=sum(n for _, _, n in kept.values()), estimate_bytes=est_bytes,
