@@ -45,7 +45,7 @@ def test_threads_are_whole() -> None:
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", data["frozen"])
     labels = set(_bench().FIX_LABELS)
     for t in threads:
-        assert set(t) == FIELDS, t["id"]
+        assert set(t) - {"dev_since"} == FIELDS, t["id"]  # dev_since: a held-out thread whose miss changed a rule
         assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull|discussions)/\d+", t["url"]), t["id"]
         assert "/".join(t["url"].split("/")[3:5]).lower() == t["repo"].lower(), t["id"]
         assert t["split"] in _bench().SPLITS and t["cause"] in CAUSES and t["cause"] != "none", t["id"]

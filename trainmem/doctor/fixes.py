@@ -121,13 +121,25 @@ def _negligible(exp: Expected, saves: int, fits: bool) -> bool:
     return saves <= 0 or (not fits and saves < MIN_SAVING * exp.estimate.peak_allocated_bytes)
 
 
-def shorter_seq_fix(exp: Expected, longer_than_stated: bool = False) -> Fix | None:
+def _seq_action(n: int) -> str:
+    return (f"shorter or truncated sequences (--seq-len {n}: cutoff_len / max_seq_length / max_length; truncate or "
+            "drop the longest samples)")
+
+
+def shorter_seq_fix(exp: Expected, longer_than_stated: bool = False, held_over_bytes: int = 0) -> Fix | None:
     """Half the sequence length (cutoff_len, max_seq_length, truncation of the longest samples), estimated: offered
     when the step's dynamic memory is at least :data:`SEQ_SHARE` of the peak and it frees :data:`MIN_SAVING` of it
     (or fits), or when the evidence shows the run holding more than its flags describe (sequences longer than
-    ``--seq-len``: the saving estimated at the stated length is then a lower bound)."""
+    ``--seq-len``: the saving estimated at the stated length is then a lower bound). Where the stated length is
+    already below :data:`_MIN_SEQ_LEN` and the run holds ``held_over_bytes`` more than the estimate at it, the fix is
+    to truncate to the stated length (the sequences run longer than stated: a cutoff not applied, data cached at an
+    earlier, longer length), freeing what the run holds over the estimate."""
     s = exp.setup
-    if s.seq_len < _MIN_SEQ_LEN or not (longer_than_stated or _dynamic_share(exp) >= SEQ_SHARE):
+    if s.seq_len < _MIN_SEQ_LEN:
+        if longer_than_stated and held_over_bytes > 0:
+            return Fix(_seq_action(s.seq_len), held_over_bytes, 0.0, bool(exp.estimate.fits))
+        return None
+    if not (longer_than_stated or _dynamic_share(exp) >= SEQ_SHARE):
         return None
     n = max(_MIN_SEQ_LEN // 2, s.seq_len // 2)
     got = _variant(exp, seq_len=n)
@@ -137,8 +149,7 @@ def shorter_seq_fix(exp: Expected, longer_than_stated: bool = False) -> Fix | No
     saves = exp.estimate.peak_allocated_bytes - e2.peak_allocated_bytes
     if saves <= 0 or (not longer_than_stated and _negligible(exp, saves, e2.fits)):
         return None  # (sequences longer than stated: the estimate at the stated length is a lower bound)
-    return Fix(f"shorter or truncated sequences (--seq-len {n}: cutoff_len / max_seq_length / max_length; truncate "
-               "or drop the longest samples)", saves, 0.0, bool(e2.fits))
+    return Fix(_seq_action(n), saves, 0.0, bool(e2.fits))
 
 
 def qlora_fix(exp: Expected) -> Fix | None:
@@ -228,11 +239,12 @@ def more_gpus_fix(exp: Expected) -> Fix | None:
     return None
 
 
-def extra_fixes(exp: Expected, near_capacity: bool, longer_than_stated: bool = False) -> list[Fix]:
+def extra_fixes(exp: Expected, near_capacity: bool, longer_than_stated: bool = False,
+                held_over_bytes: int = 0) -> list[Fix]:
     """The relevant fixes ``compare`` has no row for: shorter sequences, a quantized base, and — when the estimate
     does not fit or is within its error of the GPU (``near_capacity``) — the smallest bigger GPU that fits and the
     fewest more GPUs that fit with the model states sharded."""
-    out = [f for f in (shorter_seq_fix(exp, longer_than_stated), qlora_fix(exp)) if f is not None]
+    out = [f for f in (shorter_seq_fix(exp, longer_than_stated, held_over_bytes), qlora_fix(exp)) if f is not None]
     if near_capacity or not exp.estimate.fits:
         out += [f for f in (bigger_gpu_fix(exp), more_gpus_fix(exp)) if f is not None]
     return out

@@ -139,11 +139,11 @@ def _near_sentence(exp: Expected, cap: int) -> str | None:
 
 
 def _fixes(exp: Expected | None, static_only: bool = False, cap: int | None = None,
-           longer_than_stated: bool = False) -> tuple[Fix, ...]:
+           longer_than_stated: bool = False, held_over_bytes: int = 0) -> tuple[Fix, ...]:
     """``compare``'s options for the run, then the relevant fixes it has no row for (:func:`extra_fixes`)."""
     if exp is None:
         return ()
-    extra = extra_fixes(exp, _over(exp, cap), longer_than_stated)
+    extra = extra_fixes(exp, _over(exp, cap), longer_than_stated, held_over_bytes)
     if static_only:
         extra = [f for f in extra if not f.action.startswith("shorter")]
     return (*memory_fixes(exp, static_only=static_only), *extra)
@@ -232,7 +232,8 @@ def activation_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     like = 0.9 if (dyn and pred) else 0.7 if (dyn and e is None) else 0.7 if pred else 0.6 if excess else \
         0.5 if static_big else 0.5 if (dyn or full) else 0.4
     return Finding("activation_overflow", tuple(sentences), e.peak_allocated_bytes if e else None,
-                   _needed(ev) or observed_peak(ev), _fixes(exp, cap=cap, longer_than_stated=excess), like)
+                   _needed(ev) or observed_peak(ev), _fixes(exp, cap=cap, longer_than_stated=excess, held_over_bytes=(
+                       o.allocated_bytes - e.peak_allocated_bytes if excess else 0)), like)
 
 
 def _unexplained_sentences(o, cap: int | None) -> list[str]:  # noqa: ANN001
