@@ -247,7 +247,8 @@ def markdown(rows: list[Judged], data: dict) -> str:
         "",
         "* **shorter or truncated sequences** (`--seq-len` half the stated length, at least 512) — when dynamic "
         "memory (activations, logits) is at least 25 % of the peak, or the OOM holds more than 25 % over the "
-        "estimate's peak (sequences longer than stated);",
+        "estimate's peak (sequences longer than stated; a stated length already below 512 is the one to truncate to, "
+        "saving what the OOM held over the estimate);",
         "* **a 4-bit quantized base (QLoRA)** — LoRA runs whose frozen base is at least 30 % of the peak;",
         "* **a bigger GPU** — the smallest catalog GPU on which the unchanged setup fits, with its step time against "
         "the run's GPU (not compared when the GPU was given only as a memory size);",
