@@ -15,6 +15,15 @@ CUDA behaviour mirrored: ``aten/src/ATen/autocast_mode.cpp`` registers, for the 
   (``torch.clear_autocast_cache()``). The cached 16-bit copies therefore live until the end of
   the forward pass even when no op saved them, and those saved by matmuls live until backward.
 
+Where the lists come from: torch's own CUDA autocast kernels, read at run time
+(:func:`trainmem.trace.autocast_policy.cuda_autocast_policies`: every build registers them; each is run on fake
+CUDA tensors and its casts read), for every op torch registers one for. The hand copies below (``LOWER``, ``FP32``,
+``FP32_SET_OPT_DTYPE``, ``PROMOTE``) serve the Python-level names that are no aten autocast op (``cross_entropy``,
+``square``, ``vector_norm``, ...) and the ops whose kernel cannot be run with generic arguments (einsum, the RNN
+cells, prelu, cosine_embedding_loss); where both exist, torch's reading wins (torch 2.13: ``norm`` is
+``fp32_append_dtype`` — fp32 compute without an fp32 copy of the input — not the hand list's ``fp32``; torch adds
+the antialiased/exact upsamplings and the cudnn convolutions).
+
 CPU autocast has *different* lists (softmax, layer_norm, exp, pow... are not fp32 ops there), so
 we keep CPU autocast's *state* (``torch.autocast("cpu", ...)`` stands in for ``"cuda"``: it keeps
 ``torch.is_autocast_enabled("cpu")``, the nesting count and activation checkpointing's
@@ -46,7 +55,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["CudaAutocastMode", "cuda_autocast", "LOWER", "FP32", "FP32_SET_OPT_DTYPE", "PROMOTE"]
+__all__ = ["CudaAutocastMode", "cuda_autocast", "cuda_policy", "LOWER", "FP32", "FP32_SET_OPT_DTYPE", "PROMOTE"]
 
 #: autocast_mode.h AT_FORALL_LOWER_PRECISION_FP (+ cudnn convolutions), by Python-level name.
 LOWER = frozenset({
@@ -83,6 +92,17 @@ _NO_CPU_AUTOCAST = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 _LOWER_DTYPES = (torch.float16, torch.bfloat16)
 
 
+def cuda_policy() -> dict[str, str]:
+    """``{Python-level name: CUDA autocast policy}`` the emulation applies: the hand lists above, overridden and
+    extended by torch's own kernels read at run time (module docstring; trainmem/trace/autocast_policy.py)."""
+    from trainmem.trace.autocast_policy import cuda_autocast_policies
+
+    hand = {name: policy for policy, names in (("lower_precision_fp", LOWER), ("fp32", FP32),
+                                                ("fp32_set_opt_dtype", FP32_SET_OPT_DTYPE), ("promote", PROMOTE))
+            for name in names}
+    return {**hand, **cuda_autocast_policies()}
+
+
 def _eligible(t: object) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
 
@@ -105,6 +125,7 @@ class CudaAutocastMode(TorchFunctionMode):
 
     def __init__(self, on_weight_cast: Callable[[torch.Tensor], None] | None = None) -> None:
         super().__init__()
+        self.policy = cuda_policy()
         self.cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
         self.on_weight_cast = on_weight_cast
         self.n_cast_ops = 0
@@ -134,20 +155,21 @@ class CudaAutocastMode(TorchFunctionMode):
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
         name = _DUNDER.get(name, name)
-        if name in LOWER:
+        policy = self.policy.get(name)
+        if policy == "lower_precision_fp":
             dtype = torch.get_autocast_dtype("cpu")
             args, kwargs = _map_tensors(lambda t: self._cached_cast(t, dtype), args, kwargs)
             self.n_cast_ops += 1
-        elif name in FP32:
+        elif policy == "fp32":
             args, kwargs = _map_tensors(lambda t: t.float() if _eligible(t) and t.dtype != torch.float32 else t,
                                         args, kwargs)
             self.n_cast_ops += 1
-        elif name in FP32_SET_OPT_DTYPE:
+        elif policy == "fp32_set_opt_dtype":
             first = next((a for a in args if isinstance(a, torch.Tensor)), None)
             if first is not None and _eligible(first) and kwargs.get("dtype") is None:
                 kwargs = {**kwargs, "dtype": torch.float32}
                 self.n_cast_ops += 1
-        elif name in PROMOTE:
+        elif policy == "promote":
             floats = [a for a in list(args) + list(kwargs.values()) if _eligible(a)]
             if any(a.dtype == torch.float32 for a in floats):
                 args, kwargs = _map_tensors(lambda t: t.float() if _eligible(t) else t, args, kwargs)
