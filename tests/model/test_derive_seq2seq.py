@@ -10,7 +10,10 @@
   (b 4, s 256): T5 bf16 -0.8 %, amp +0.5 %, amp + full recompute within 3 %, fp32 -0.1 %, eager +0.4 %,
   fsdp2 x 2 amp +0.5 %; BART bf16 +0.8 %, amp +2.4 %, recompute +1.8 %, fp32 0.0 %; known misses: BART eager
   +5.1 % (the walk's eager-attention backward transient takes an fp32 softmax; BART's eager_attention_forward
-  softmaxes in the scores' dtype) and BART fsdp2 -3.2 %.
+  softmaxes in the scores' dtype) and BART fsdp2 -3.2 %, both on this tiny shape (h 256, 4 heads) only.
+- The real configs below against a full trace, once (too slow for the suite: 13–25 s each): t5-small bf16 b 8 s 512
+  -0.23 %, mt5-small bf16 b 8 s 512 -0.07 %, flan-t5-base amp-bf16 b 4 s 512 +0.06 % (fsdp2 x 2: -0.09 %),
+  bart-base amp-bf16 b 8 s 512 + full recompute +0.28 %, bart-base bf16 eager b 8 s 512 +0.10 %.
 - A hold-out run once with the description frozen (same shapes, other families): mT5, UMT5, mBART in bf16 / amp /
   amp + recompute: 9 of 9 within 3 % (largest |error| 2.3 %, mBART recompute). Pegasus and Marian read +3.6 … +9.1 %:
   transformers builds their sinusoidal position tables frozen (requires_grad=False), which the estimate would train;
