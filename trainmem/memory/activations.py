@@ -46,7 +46,9 @@ from trainmem.memory.layers.mlp import (gpt_oss_expert_bytes_per_pair, gpt_oss_r
                                         plain_mlp_act_saved_per_elem, relu2_backward_extra_per_elem)
 from trainmem.memory.layers.model_wide import (checkpoint_input_elem_bytes, embedding_saved,  # noqa: F401 (re-exported)
                                                head_saved, model_wide_saved_bytes, recomputed_checkpoint_input_bytes)
-from trainmem.memory.layers.norms import layernorm1p, layernorm1p_weight_bytes, norm_output_shared, norm_saved_per_elem
+from trainmem.memory.layers.family import LayerFamily, layer_family
+from trainmem.memory.layers.norms import (layernorm1p, layernorm1p_weight_bytes,  # noqa: F401 (re-exported)
+                                          norm_output_shared, norm_saved_per_elem, qk_norm_saved_per_elem)
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
@@ -90,53 +92,15 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
             return got
     T = setup.micro_batch * setup.seq_len // setup.cp
     s = setup.seq_len // setup.cp
-    b = setup.micro_batch
-    h, a, kv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads
-    d, dv = spec.head_dim, spec.v_head_dim
-    c = compute_bytes(setup)
-    r = residual_bytes(setup)
-    amp = is_amp(setup)
-    mt = spec.model_type
     terms: list[Term] = []
 
     def add(name: str, component: str, per_token: float, tp_split: bool = True) -> None:
         terms.append(Term(name, component, int(round(per_token * T)), tp_split))
 
     te = te_fp8_linears(setup, fp8)
-    norm_elem = norm_saved_per_elem(spec, setup)
-    fused_qkv = mt in ("phi3", "gpt2", "gpt_neox", "falcon", "qwen")
-    # --- attention block -----------------------------------------------------------------------
-    add("input_norm", "norm", norm_elem * h, tp_split=False)
-    if layernorm1p(spec):  # input and post-attention LayerNorm1P: their weight + 1 (and bias) copies
-        terms.append(Term("norm_weight_plus_one", "norm", 2 * layernorm1p_weight_bytes(spec, setup), False))
-    if spec.q_lora_rank is not None or spec.kv_lora_rank is not None:
-        mla_terms(spec, setup, add)
-    else:
-        one_input = fused_qkv or norm_output_shared(spec, setup)
-        add("qkv_input", "attention", linear_inputs_saved(setup, 1 if one_input else 3, h, te), tp_split=False)
-        if mt == "qwen3" or mt == "gemma3_text" or mt == "gemma3" or mt == "qwen3_moe":
-            # q_norm/k_norm (RMSNorm over head_dim) on q and k: each keeps 4 + r B per element
-            # the q/k projections' outputs are in the compute dtype (16-bit under autocast too): the
-            # RMSNorm keeps an fp32 copy (4) and the normalised value cast back to it (c) per element
-            add("qk_norm", "attention", ((4.0 + c if mt.startswith("qwen3") else 8.0) * d + 4.0) * (a + kv))
-        core_attention_terms(spec, setup, add, s=s, b=b)
-        if te:
-            te_output_projection(terms, add, c, a * dv)
-    # --- mlp block ----------------------------------------------------------------------------
-    if spec.parallel_residual and mt == "gpt_neox":
-        # both norms read the same residual tensor: the second keeps only its mean/rstd rows
-        add("post_attention_norm", "norm", 8.0, tp_split=False)
-    elif not spec.parallel_residual:
-        add("post_attention_norm", "norm", norm_elem * h, tp_split=False)
-    if mt in ("gemma2", "gemma3_text", "gemma3"):
-        # post_attention_layernorm + post_feedforward_layernorm outputs feed residual adds: each keeps
-        # its fp32 input copy and normalised value (8 B) on the attention and MLP outputs.
-        add("post_sublayer_norms", "norm", 2 * 8.0 * h, tp_split=False)
-    moe = layer_idx in spec.moe_layer_indices
-    if moe:
-        moe_terms(spec, setup, add)
-    else:
-        mlp_terms(spec, setup, add, spec.intermediate_size, te)
+    fam = layer_family(spec)
+    _attention_block_terms(spec, setup, fam, terms, add, te)
+    _mlp_block_terms(spec, setup, fam, add, layer_idx, te)
     _dropout_terms(spec, setup, add, s=s)
     if setup.is_lora:
         terms = lora_terms(spec, setup, layer_idx, terms)
@@ -146,6 +110,49 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
         from trainmem.memory.int8 import int8_saved_bytes_per_token
         keeps, frozen = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup), layer_idx == 0 and not lora_input_requires_grad(setup)
         terms.append(Term("int8_matmul_saved", "mlp", int8_saved_bytes_per_token(spec, setup, layer_idx, keeps, frozen) * T, False))
+    return _sharded(terms, setup)
+
+
+def _attention_block_terms(spec: ModelSpec, setup: TrainingSetup, fam: LayerFamily, terms: list[Term], add,
+                           te: bool) -> None:
+    """The input norm and the attention (MLA, or q/k/v's inputs, q/k norms, the core, TE's output projection)."""
+    h, a, kv, d, dv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
+    c = compute_bytes(setup)
+    add("input_norm", "norm", norm_saved_per_elem(spec, setup) * h, tp_split=False)
+    if fam.layernorm_1p:  # input and post-attention LayerNorm1P: their weight + 1 (and bias) copies
+        terms.append(Term("norm_weight_plus_one", "norm", 2 * layernorm1p_weight_bytes(spec, setup), False))
+    if spec.q_lora_rank is not None or spec.kv_lora_rank is not None:
+        mla_terms(spec, setup, add)
+        return
+    one_input = fam.fused_qkv_linear or norm_output_shared(spec, setup)
+    add("qkv_input", "attention", linear_inputs_saved(setup, 1 if one_input else 3, h, te), tp_split=False)
+    if fam.qk_norm != "none":  # q_norm/k_norm (RMSNorm over head_dim) on q and k, plus one fp32 rsqrt per head row
+        add("qk_norm", "attention", (qk_norm_saved_per_elem(spec, setup) * d + 4.0) * (a + kv))
+    core_attention_terms(spec, setup, add, s=setup.seq_len // setup.cp, b=setup.micro_batch)
+    if te:
+        te_output_projection(terms, add, c, a * dv)
+
+
+def _mlp_block_terms(spec: ModelSpec, setup: TrainingSetup, fam: LayerFamily, add, layer_idx: int, te: bool) -> None:
+    """The post-attention norm(s) and the MLP: dense, or the MoE block on ``spec.moe_layer_indices``."""
+    h = spec.hidden_size
+    if spec.parallel_residual and fam.parallel_norms_share_input:
+        # both norms read the same residual tensor: the second keeps only its mean/rstd rows
+        add("post_attention_norm", "norm", 8.0, tp_split=False)
+    elif not spec.parallel_residual:
+        add("post_attention_norm", "norm", norm_saved_per_elem(spec, setup) * h, tp_split=False)
+    if fam.sandwich_norms:
+        # post_attention_layernorm + post_feedforward_layernorm outputs feed residual adds: each keeps
+        # its fp32 input copy and normalised value (8 B) on the attention and MLP outputs.
+        add("post_sublayer_norms", "norm", 2 * 8.0 * h, tp_split=False)
+    if layer_idx in spec.moe_layer_indices:
+        moe_terms(spec, setup, add)
+    else:
+        mlp_terms(spec, setup, add, spec.intermediate_size, te)
+
+
+def _sharded(terms: list[Term], setup: TrainingSetup) -> LayerSaved:
+    """Tensor / sequence parallelism over the terms (the same for every family, ``layers/family.py``)."""
     out: list[Term] = []
     for t in terms:
         # torch TP (fsdp2): PrepareModuleInput all-gathers the sequence-parallel norm output and the

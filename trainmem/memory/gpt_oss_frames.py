@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from trainmem.memory.activations import layer_saved
 from trainmem.memory.layers.attention import eager_softmax_bytes, sink_scores_promoted
 from trainmem.memory.layers.base import additive_mask_bytes, compute_bytes, expert_dtype_bytes, residual_bytes
+from trainmem.memory.layers.family import layer_family
 from trainmem.model.spec import ModelSpec, attention_layer_types
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with these modules)
@@ -30,7 +31,7 @@ def sink_attention_backward_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     sm the scores' dtype (:func:`eager_softmax_bytes`); later the q/k/v gradients, c·(a·d + 2·kv·d) per token,
     once the s² ones are gone. The gradient flowing into the attention block (c·h per token) is alive beside
     the gradient stream throughout."""
-    if spec.model_type != "gpt_oss" or setup.attn != "eager":
+    if layer_family(spec).transients != "gpt_oss" or setup.attn != "eager":
         return 0
     T = setup.micro_batch * setup.seq_len // setup.cp
     h, a, kv, d = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
@@ -56,7 +57,7 @@ def sink_attention_forward_peak_bytes(spec: ModelSpec, setup: TrainingSetup) -> 
       rotary q (a·d) and k (kv·d), the fp32 repeated k autocast's matmul cast from (a·d), and the decoder
       layer's fp32 norm output (h), of which each projection kept its own 16-bit cast.
     The tensors alive beside every layer's forward are :func:`gpt_oss_forward_frame_bytes`."""
-    if spec.model_type != "gpt_oss" or setup.attn != "eager":
+    if layer_family(spec).transients != "gpt_oss" or setup.attn != "eager":
         return 0
     T = setup.micro_batch * setup.seq_len // setup.cp
     h, a, kv, d = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
@@ -88,7 +89,7 @@ def gpt_oss_forward_frame_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
       ``create_sliding_window_causal_mask`` → masking_utils.py ``eager_mask``), alive until the model's
       forward returns; under full recompute the checkpoint of layer 0 holds its own one to the end of the
       backward (:func:`model_wide_saved_bytes`), so only the others are forward-only here."""
-    if spec.model_type != "gpt_oss":
+    if layer_family(spec).transients != "gpt_oss":
         return 0
     T = setup.micro_batch * setup.seq_len // setup.cp
     r = residual_bytes(setup)
@@ -103,7 +104,7 @@ def gpt_oss_forward_peak_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     the eager attention's peak (:func:`sink_attention_forward_peak_bytes`) and the experts' tail, when all the
     layer's saved tensors exist (:func:`gpt_oss_expert_tail_bytes_per_pair`, k pairs per token); 0 for other
     families."""
-    if spec.model_type != "gpt_oss":
+    if layer_family(spec).transients != "gpt_oss":
         return 0
     T = setup.micro_batch * setup.seq_len // setup.cp
     moe_layer = spec.moe_layer_indices[0] if spec.moe_layer_indices else 0
@@ -132,7 +133,7 @@ def gpt_oss_recompute_frame_bytes(spec: ModelSpec, setup: TrainingSetup, layer_i
 
     Eager attention: the checkpoints of layers 0..``layer_idx`` still hold their additive masks, one per layer
     type among them; layer 0's is in :func:`model_wide_saved_bytes`, the others are counted here."""
-    if spec.model_type != "gpt_oss" or setup.recompute != "full":
+    if layer_family(spec).transients != "gpt_oss" or setup.recompute != "full":
         return 0
     T = setup.micro_batch * setup.seq_len // setup.cp
     h, r, k = spec.hidden_size, residual_bytes(setup), spec.num_experts_per_tok

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from trainmem.memory.layers.base import (Term, compute_bytes, linear_inputs_saved, residual_bytes, sdpa_math_fallback,
                                         sliding_window_mask, torch_cp)
+from trainmem.memory.layers.family import layer_family
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with these modules)
@@ -37,7 +38,7 @@ def core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int, 
     """
     h, a, kv, d, dv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
     c = compute_bytes(setup)
-    mt = spec.model_type
+    fam = layer_family(spec)
     # Fused CUDA kernels allocate their output as (b, s, a, d): HF's transpose(1, 2).contiguous() is
     # free for every family under sdpa (a CPU run differs: its kernel follows q's strides). Eager
     # attention's matmul output is (b, a, s, d), so the transpose makes a real copy.
@@ -47,7 +48,7 @@ def core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int, 
         gqa_native = setup.attn == "flash" or (d == dv and d <= 256 and not spec.is_encoder
                                                and not sliding_window_mask(spec, setup))
         kv_eff = kv if gqa_native else a
-        if mt == "falcon" and spec.hf_config.get("new_decoder_architecture"):
+        if fam.kv_broadcast_copies:
             kv_eff = a  # _split_heads: torch.broadcast_to(key, query.shape).flatten() copies k/v per head
         if sdpa_math_fallback(spec, setup):
             # fp32 with enable_gqa: CUDA has no fused kernel for it and runs the math composite
@@ -59,15 +60,15 @@ def core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int, 
             add("softmax_fp32", "attention", 4.0 * a * s)
             add("attn_out", "attention", c * a * dv)
             return
-        if mt == "gpt2":
+        if fam.sdpa_saves == "fused_output":
             # q, k and v are all views of c_attn's output: sdpa keeps the fused (b, s, 3h) tensor
             add("qkv_fused_out", "attention", c * (a * d + 2 * kv * d))
-        elif mt in ("gpt_neox", "phi3", "qwen"):
+        elif fam.sdpa_saves == "rotary_qk_fused_output":
             # rotary makes new q and k; v stays a view of the fused output, which stays alive whole
             add("q", "attention", c * a * d)
             add("k", "attention", c * kv * d)
             add("qkv_fused_out", "attention", c * (a * d + 2 * kv * d))
-            if mt == "qwen" and setup.attn == "sdpa":  # Qwen1 without flash-attn: its per-layer mask (note above)
+            if fam.sdpa_padding_mask and setup.attn == "sdpa":  # Qwen1 without flash-attn: its per-layer mask (note above)
                 add("attn_mask", "attention", float(c) * s)
         else:
             add("q", "attention", c * a * d)
@@ -83,11 +84,11 @@ def core_attention_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int, 
     add("q", "attention", c * a * d)
     add("k_repeated", "attention", c * a * d)
     add("v_repeated", "attention", c * a * dv)
-    if mt == "gpt_oss":
+    if fam.eager_softmax == "sink":
         sink_softmax_terms(spec, setup, add, s=s)
         add("o_input", "attention", c * a * dv)
         return
-    fp32_softmax = mt not in ("gpt2", "bert", "roberta", "falcon")
+    fp32_softmax = fam.eager_softmax == "fp32_cast"
     if fp32_softmax:
         add("softmax_fp32", "attention", 4.0 * a * s)
         if c == 2:
@@ -179,9 +180,10 @@ def eager_softmax_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     softmaxes in the scores' own dtype, fp32 in fp32 runs and where the mask promotes them
     (:func:`sink_scores_promoted`), else 16-bit (traced: its 16-bit backward holds two (b, a, s, s + 1) 16-bit
     gradients beyond what it saved)."""
-    if spec.model_type == "gpt_oss":
+    kind = layer_family(spec).eager_softmax
+    if kind == "sink":
         return max(compute_bytes(setup), residual_bytes(setup))
-    return compute_bytes(setup) if spec.model_type in ("gpt2", "bert", "roberta", "falcon") else 4
+    return compute_bytes(setup) if kind == "compute" else 4
 
 
 def sink_softmax_terms(spec: ModelSpec, setup: TrainingSetup, add, *, s: int) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainmem.memory.layers.family import layer_family
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with these modules)
@@ -153,7 +154,7 @@ def sliding_window_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
     CUDA runs the memory-efficient kernel, which keeps the mask."""
     sw = spec.sliding_window
     return (sw is not None and sw <= setup.seq_len // setup.cp and setup.attn == "sdpa"
-            and spec.model_type in ("mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"))
+            and layer_family(spec).window_mask)
 
 
 def adapters_16bit(setup: TrainingSetup) -> bool:
@@ -183,14 +184,15 @@ def additive_mask_bytes(setup: TrainingSetup) -> int:
 
 def opt_post_ln(spec: ModelSpec) -> bool:
     """OPT with ``do_layer_norm_before`` false (opt-350m): ``OPTDecoderLayer.forward`` normalises after each
-    residual add, so q/k/v_proj read the layer's input itself and the decoder has no final layer norm."""
-    return spec.model_type == "opt" and spec.hf_config.get("do_layer_norm_before", True) is False
+    residual add, so q/k/v_proj read the layer's input itself and the decoder has no final layer norm
+    (``LayerFamily.post_ln``)."""
+    return layer_family(spec).post_ln
 
 
 def opt_embed_proj_dim(spec: ModelSpec) -> int:
     """OPT's ``word_embed_proj_dim`` where it differs from hidden_size (opt-350m: 512 of 1024), i.e. where
     ``OPTDecoder`` builds project_in / project_out; 0 otherwise (and for other families)."""
-    if spec.model_type != "opt":
+    if not layer_family(spec).embed_projections:
         return 0
     w = spec.hf_config.get("word_embed_proj_dim") or spec.hidden_size
     return w if w != spec.hidden_size else 0

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from trainmem.memory.layers.base import (Term, adapters_16bit, compute_bytes, is_amp, lora_input_requires_grad,
                                         opt_embed_proj_dim, opt_post_ln, residual_bytes, sdpa_math_fallback)
+from trainmem.memory.layers.family import layer_family
 from trainmem.memory.layers.mlp import plain_mlp_act_saved_per_elem
-from trainmem.memory.layers.norms import norm_saved_per_elem
+from trainmem.memory.layers.norms import norm_saved_per_elem, qk_norm_saved_per_elem
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with these modules)
@@ -75,7 +76,7 @@ def _opt_norm_input_is_new(spec: ModelSpec, amp: bool) -> bool:
     """OPT under LoRA: the input LayerNorm's saved input is not the checkpointed (16-bit) layer input when
     autocast casts it to fp32 (layer_norm is an fp32-list op; traced) or, post-LN, when the norm reads the
     attention's residual sum instead."""
-    return spec.model_type == "opt" and (amp or opt_post_ln(spec))
+    return layer_family(spec).lora_norm_input_cast and (amp or opt_post_ln(spec))
 
 
 def _lora_frozen(spec: ModelSpec, setup: TrainingSetup, terms: list[Term]) -> list[Term]:
@@ -113,11 +114,11 @@ def _lora_frozen(spec: ModelSpec, setup: TrainingSetup, terms: list[Term]) -> li
             fp32_ckpt_input = t.name == "input_norm" and setup.precision == "fp32" and full
             t = scaled(t, (rows if fp32_ckpt_input else 4.0 + rows) / per_elem)
         elif amp and (t.name == "ln_mlp_stats" or (t.name == "post_attention_norm" and spec.parallel_residual
-                                                   and spec.model_type == "gpt_neox")):
+                                                   and layer_family(spec).parallel_norms_share_input)):
             t = Term(t.name, t.component, t.bytes + 4 * h * T, t.tp_split)
         elif t.name == "qk_norm":
             d = spec.head_dim
-            per_head = (4.0 + c if spec.model_type.startswith("qwen3") else 8.0) * d + 4.0
+            per_head = qk_norm_saved_per_elem(spec, setup) * d + 4.0
             t = scaled(t, (4.0 * d + 4.0) / per_head)
         elif t.name == "post_sublayer_norms":  # Gemma-2/3: x.float() kept, not the fp32 normalised value
             t = scaled(t, 0.5)
@@ -131,7 +132,7 @@ def _lora_frozen(spec: ModelSpec, setup: TrainingSetup, terms: list[Term]) -> li
         elif t.name == "expert_intermediate":
             t = scaled(t, 0.75)
         elif t.name == "shared_expert":
-            n_in = (3 if spec.model_type == "qwen2_moe" else 2) if amp else 0
+            n_in = (3 if layer_family(spec).shared_expert_gate else 2) if amp else 0
             dropped = (c * spec.shared_expert_intermediate_size + 2.0 * n_in * h) * T
             t = Term(t.name, t.component, t.bytes - int(round(dropped)), t.tp_split)
         out.append(t)
@@ -270,7 +271,7 @@ def _lora_mlp_frame_per_token(spec: ModelSpec, setup: TrainingSetup, adapted) ->
     norm_out = 4 if (is_amp(setup) and spec.norm == "layernorm") else c
     residual = 0 if (spec.norm == "layernorm" or fp32) else r * h
     mlp_in_kept = fp32 and any(lin.reads == "mlp_in" for lin in adapted)
-    held = c * h if spec.model_type == "gpt2" else 0  # GPT2Block keeps ``attn_output`` in a local
+    held = c * h if layer_family(spec).block_keeps_attn_output else 0  # GPT2Block's ``attn_output`` local
     return residual + (0 if mlp_in_kept else norm_out * h) + held
 
 
@@ -288,7 +289,7 @@ def _lora_inside_mlp_in(spec: ModelSpec, setup: TrainingSetup, adapted) -> int:
     amp, a16 = is_amp(setup), adapters_16bit(setup)
     down = [lin for lin in adapted if lin.reads == "mlp_act"]
     later = (2 if amp or a16 else 4) * down[0].fin if down else 0
-    if spec.model_type == "phi3":
+    if layer_family(spec).fused_gate_up:
         later += c * i
     elif spec.hidden_act == "gelu_new" and not spec.mlp_gated:
         later += 3 * c * i

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainmem.memory.layers.base import compute_bytes, expert_dtype_bytes, is_amp, linear_inputs_saved
+from trainmem.memory.layers.family import layer_family
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with these modules)
@@ -22,21 +23,19 @@ def mlp_terms(spec: ModelSpec, setup: TrainingSetup, add, width: int, te: bool =
     input in place of the 16-bit tensor it alone kept."""
     h = spec.hidden_size
     c = compute_bytes(setup)
-    mt = spec.model_type
+    fam = layer_family(spec)
     down_in = 1.0 if te else float(c)
     if spec.mlp_gated:
-        n_in = 1 if mt == "phi3" else 2
+        n_in = 1 if fam.fused_gate_up else 2
         add("mlp_input", "mlp", linear_inputs_saved(setup, n_in, h, te), tp_split=False)
         # gate output (kept by the activation), act output and up output (kept by the product),
         # product (kept by down_proj): 4 tensors of width i.
         add("mlp_intermediate", "mlp", (3.0 * c + down_in) * width)
         return
-    falcon_two_ln = mt == "falcon" and spec.hf_config.get("new_decoder_architecture") and \
-        (spec.hf_config.get("num_ln_in_parallel_attn") or 2) == 2
-    if falcon_two_ln:
+    if fam.parallel_mlp_input == "second_norm_same_input":
         # ln_mlp reads the same residual as ln_attn (only its mean/rstd rows are new); its output feeds the MLP
         add("ln_mlp_stats", "norm", 8.0, tp_split=False)
-    if not (spec.parallel_residual and mt == "falcon") or falcon_two_ln:
+    if not (spec.parallel_residual and fam.parallel_mlp_input == "shared_norm"):
         add("mlp_input", "mlp", linear_inputs_saved(setup, 1, h, te), tp_split=False)
     elif te:
         add("mlp_input", "mlp", 1.0 * h, tp_split=False)
@@ -122,7 +121,7 @@ def moe_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
     processes: all-to-all brings as many in as it sends out). The experts run in the dtype of their
     weights (transformers casts the gathered tokens to it): fp32 under autocast with fp32 parameters.
     gpt_oss's biased router and experts and clamped SwiGLU: :func:`gpt_oss_moe_terms`."""
-    if spec.model_type == "gpt_oss":
+    if layer_family(spec).experts == "gpt_oss":
         gpt_oss_moe_terms(spec, setup, add)
         return
     h = spec.hidden_size
@@ -141,7 +140,7 @@ def moe_terms(spec: ModelSpec, setup: TrainingSetup, add) -> None:
     add("expert_outputs_weighted", "experts", ce * k * h)        # down output kept by the weighting
     if spec.num_shared_experts and spec.shared_expert_intermediate_size:
         si = spec.shared_expert_intermediate_size
-        gated = spec.model_type == "qwen2_moe"  # sigmoid(shared_expert_gate(x)) * shared_expert(x)
+        gated = layer_family(spec).shared_expert_gate  # sigmoid(shared_expert_gate(x)) * shared_expert(x)
         n_in = 3 if gated else 2
         inputs = 2.0 * n_in * h if is_amp(setup) else 0.0   # pure: the MoE input tensor is shared
         add("shared_expert", "experts", 4.0 * c * si + inputs + (c * h + 4.0 if gated else 0.0))

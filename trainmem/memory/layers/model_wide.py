@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from trainmem.memory.layers.base import (LAYER_MODELS, additive_mask_bytes, compute_bytes, derived_attn, derived_mode,
                                         is_amp, lora_input_requires_grad, opt_embed_proj_dim, opt_final_layer_norm,
                                         opt_post_ln, residual_bytes, sliding_window_mask, torch_cp)
+from trainmem.memory.layers.family import layer_family
 from trainmem.memory.layers.lora import opt_proj_adapter_bytes
 from trainmem.memory.layers.norms import norm_saved_per_elem
 from trainmem.model.spec import ModelSpec
@@ -45,18 +46,16 @@ def recomputed_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> 
     if spec.derived is not None:  # measured (trainmem/model/derive.py)
         return spec.derived.input_kept(derived_mode(setup), derived_attn(setup), setup.seq_len).bytes_for(
             setup.micro_batch, setup.seq_len)
-    mt, r = spec.model_type, residual_bytes(setup)
+    fam, r = layer_family(spec), residual_bytes(setup)
     held = r * spec.hidden_size * (setup.micro_batch * setup.seq_len // setup.cp) // (setup.tp if setup.sp else 1)
-    if spec.norm == "rmsnorm" and r == 4 and (mt == "gpt_oss" or not setup.is_lora):
+    if spec.norm == "rmsnorm":
         # Llama/Qwen/Mistral/Phi-3/gpt_oss (``x.to(float32)``) and Gemma (``x.float()``) RMSNorms on an fp32 stream
-        return held
-    if mt in ("gpt2", "gpt_neox", "falcon") and not setup.is_lora:
-        # pre-LN nn.LayerNorm reads the layer's input as it is (fp32 under autocast: an fp32-list op on the fp32
-        # stream) and keeps it
-        return held
-    if mt not in ("nemotron", "opt") or setup.is_lora:
-        return 0
-    if (mt == "nemotron" or opt_post_ln(spec)) and is_amp(setup):
+        return held if r == 4 and (fam.fp32_norm_input_held_under_lora or not setup.is_lora) else 0
+    # LayerNorm families (LayerFamily.norm_keeps_layer_input): pre-LN nn.LayerNorm reads the layer's input as it
+    # is (fp32 under autocast: an fp32-list op on the fp32 stream) and keeps it; LayerNorm1P and post-LN OPT's
+    # q/k/v_proj keep a 16-bit cast of it under autocast
+    keeps = fam.norm_keeps_layer_input
+    if setup.is_lora or keeps == "never" or (keeps == "without_autocast" and is_amp(setup)):
         return 0
     return held
 
@@ -77,9 +76,10 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> int:
     b = 8 * T
     if spec.position == "learned":
         b += 8 * T
-    if spec.hidden_dropout > 0 and spec.model_type in ("gpt2", "bert", "roberta"):
+    fam = layer_family(spec)
+    if spec.hidden_dropout > 0 and fam.embedding_dropout:
         b += T * spec.hidden_size
-    if spec.model_type == "opt" and setup.is_lora and lora_input_requires_grad(setup):
+    if fam.embed_projections and setup.is_lora and lora_input_requires_grad(setup):
         # ``enable_input_require_grads`` makes the frozen embedding's output a leaf that requires grad; its
         # AccumulateGrad node keeps it alive to the end of the backward, and OPT's first layer reads a new
         # tensor (``inputs_embeds + pos_embeds``, or project_in's output), not that leaf (traced)
@@ -106,14 +106,14 @@ def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
         # position_ids default to arange(s)[None]: cos/sin are (1, s, d), broadcast over the batch; with CP
         # the sharded positions are passed, arange(s).expand(b, s) (torchtitan prepare_context_parallel_input)
         rope_dim = spec.rotary_dim or spec.qk_rope_head_dim or spec.head_dim  # (nemotron: partial RoPE)
-        if spec.model_type == "gpt_oss":
+        if layer_family(spec).rope_half_width:
             # GptOssRotaryEmbedding.forward: ``emb = freqs`` (no cat(freqs, freqs)): (1, s, d/2) cos and sin,
             # each applied to both halves (modeling_gpt_oss.py @ 5.24.0 ``_apply_rotary_emb``)
             rope_dim = spec.head_dim // 2
         out += 2 * s * rope_dim * residual_bytes(setup) * (setup.micro_batch if torch_cp(setup) else 1)
     if sliding_window_mask(spec, setup):
         out += s * setup.seq_len  # the (1, 1, s, s) bool mask, kept by every layer's kernel
-    if spec.model_type in ("gpt_oss", "nemotron", "opt") and setup.attn == "eager" and setup.recompute == "full":
+    if layer_family(spec).checkpoint_holds_eager_mask and setup.attn == "eager" and setup.recompute == "full":
         # non-reentrant checkpointing holds each layer's inputs, its additive mask among them, until that
         # layer's backward: layer 0's mask lives to the end of the backward (gpt_oss_forward_frame_bytes;
         # nemotron and opt: the one (b, 1, s, s) ``create_causal_mask`` mask in inputs_embeds' dtype, traced)
@@ -140,7 +140,7 @@ def head_saved(spec: ModelSpec, setup: TrainingSetup, lm_input: bool = True) -> 
         # MLM head: transform dense (input kept), gelu (input kept), LayerNorm (input kept), decoder input
         c = compute_bytes(setup)
         return int(T * (lm_in + 2 * c * h + norm_saved_per_elem(spec, setup) * h + lm_in))
-    if spec.model_type == "opt":
+    if layer_family(spec).embed_projections:
         # OPTDecoder.forward: the final_layer_norm exists only pre-LN (opt_final_layer_norm); with
         # word_embed_proj_dim ≠ hidden (opt-350m) ``project_out`` keeps its input (the final norm's output, or
         # post-LN the last layer's output: lm_in's bytes) and lm_head keeps project_out's output (c·w)

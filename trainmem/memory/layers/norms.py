@@ -6,15 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainmem.memory.layers.base import compute_bytes, is_amp, residual_bytes
+from trainmem.memory.layers.family import layer_family
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with these modules)
     from trainmem.setup import TrainingSetup
 
-__all__ = ["norm_saved_per_elem", "layernorm1p", "layernorm1p_weight_bytes", "norm_output_shared"]
-
-
-_GEMMA_NORM_MODELS = ("gemma", "gemma2", "gemma3_text", "gemma3")
+__all__ = ["norm_saved_per_elem", "layernorm1p", "layernorm1p_weight_bytes", "norm_output_shared",
+           "qk_norm_saved_per_elem"]
 
 
 def norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
@@ -25,7 +24,7 @@ def norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
     - GemmaRMSNorm: ``x.float()`` (4) and the fp32 normalised value kept by ``* (1 + w)`` (4): 8.
     - GptOssRMSNorm (modeling_gpt_oss.py @ 5.24.0): ``(self.weight * x_normed).to(input_dtype)``, the
       weight multiplying the fp32 normalised value before the cast back: 4 + 4 = 8, as Gemma's
-      (:func:`_fp32_normalised_norm`).
+      (both: ``LayerFamily.rms_normalised_fp32``).
     - nn.LayerNorm (native_layer_norm): its input (r B; fp32 under CUDA autocast, where layer_norm
       is an fp32 op, and the residual is fp32 already) plus mean/rstd (8 B per row, negligible).
     - NemotronLayerNorm1P (modeling_nemotron.py ``NemotronLayerNorm1P.forward``): under autocast
@@ -40,7 +39,7 @@ def norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
             return float(compute_bytes(setup)) + 8.0 / spec.hidden_size
         return float(4 if is_amp(setup) else r) + 8.0 / spec.hidden_size
     rows = 4.0 / spec.hidden_size  # rsqrt(variance + eps): one fp32 value per row, kept by the multiply
-    if spec.model_type in _GEMMA_NORM_MODELS or _fp32_normalised_norm(spec):
+    if layer_family(spec).rms_normalised_fp32:
         return 8.0 + rows
     return 4.0 + r + rows
 
@@ -49,8 +48,8 @@ def layernorm1p(spec: ModelSpec) -> bool:
     """Nemotron's norms are ``NemotronLayerNorm1P`` (transformers/models/nemotron/modeling_nemotron.py @ 5.24):
     ``F.layer_norm(*_cast_if_autocast_enabled(device, input, shape, self.weight + 1.0, self.bias, eps))``
     inside ``maybe_autocast(enabled=False)``: under autocast the input, ``weight + 1`` and the bias are cast
-    to the autocast dtype and the norm runs (and returns) in 16 bits."""
-    return spec.model_type == "nemotron"
+    to the autocast dtype and the norm runs (and returns) in 16 bits (``LayerFamily.layernorm_1p``)."""
+    return layer_family(spec).layernorm_1p
 
 
 def layernorm1p_weight_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -72,10 +71,12 @@ def norm_output_shared(spec: ModelSpec, setup: TrainingSetup) -> bool:
     return is_amp(setup) and layernorm1p(spec)
 
 
-def _fp32_normalised_norm(spec: ModelSpec) -> bool:
-    """Whether the RMSNorm multiplies its weight into the fp32 normalised value and casts after it:
-    ``GptOssRMSNorm.forward`` (transformers/models/gpt_oss/modeling_gpt_oss.py @ 5.24.0) returns
-    ``(self.weight * hidden_states).to(input_dtype)`` with ``hidden_states`` the fp32 ``x * rsqrt(var +
-    eps)``, so ``weight *`` keeps that fp32 tensor (4 B per element) besides the fp32 input copy (4 B), where
-    Llama's casts first and keeps the normalised value in the input dtype."""
-    return spec.model_type == "gpt_oss"
+def qk_norm_saved_per_elem(spec: ModelSpec, setup: TrainingSetup) -> float:
+    """Bytes per element of q and k a q_norm / k_norm (RMSNorm over head_dim) keeps (``LayerFamily.qk_norm``):
+    the projections' outputs are in the compute dtype (16-bit under autocast too), so Qwen3's keeps an fp32 copy
+    (4) and the normalised value cast back to it (c); Gemma-3's the fp32 copy and the fp32 normalised value (8).
+    0 where the family has none. (Plus one fp32 rsqrt per head row: the caller's 4 B per head.)"""
+    kind = layer_family(spec).qk_norm
+    if kind == "none":
+        return 0.0
+    return 4.0 + compute_bytes(setup) if kind == "cast_back" else 8.0

@@ -1,0 +1,226 @@
+"""Each family's decoder layer, declared once, as data: what its norms, attention and MLP save and in which
+dtype, what full recompute finds already held, and the frames beyond its saved tensors.
+
+The term functions (``layers/norms.py``, ``layers/attention.py``, ``layers/mlp.py``, ``layers/lora.py``,
+``layers/model_wide.py``, ``memory/gpt_oss_frames.py``) read a :class:`LayerFamily` — looked up once per call
+with :func:`layer_family` — instead of asking ``spec.model_type``. A family that builds its layer from the same
+ops as one already here is one more entry of :data:`FAMILIES` (tests/memory/test_layer_families.py registers a
+toy one); a new kind of op is a new field and the term that reads it.
+
+What is *not* per family, and so not here:
+
+- the shapes (``h``, ``a``, ``kv``, ``d``, ``i``, experts, MLA ranks) and the config switches every family
+  shares (``mlp_gated``, ``hidden_act``, ``norm``, ``parallel_residual``, dropout, softcapping): on
+  :class:`~trainmem.model.spec.ModelSpec`;
+- the precision class (compute / residual / expert bytes, autocast) and the kernel CUDA picks
+  (``layers/base.py``);
+- sharding: every term carries ``tp_split`` (inside the column/row-parallel region, ÷ tp); with sequence
+  parallelism every term is ÷ tp except, under torch TP (fsdp2), the all-gathered inputs of the
+  ColwiseParallel linears (``qkv_input``, ``mlp_input``, ``moe_input``); context parallelism divides the
+  tokens (``activations.layer_saved``). No family differs in these today. Megatron-Core's TE layers
+  (``memory/megatron_activations.py``) and torch.compile's partitioner (``memory/compile.py``) are whole-layer
+  formulas of their own, registered in ``layers.base.LAYER_MODELS``.
+
+Sources: the transformers 5.24 modeling files named in each field's docstring (gpt_oss @ 5.24.0; Qwen1's
+remote-code ``modeling_qwen.py``); each choice traced in tests/memory/test_activations_measured.py and
+tests/trace/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from trainmem.model.spec import ModelSpec
+
+__all__ = ["LayerFamily", "FAMILIES", "DEFAULT_FAMILY", "layer_family", "register_family", "families_markdown"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerFamily:
+    """One family's layer as far as its saved tensors go; the defaults are LlamaDecoderLayer's
+    (transformers/models/llama/modeling_llama.py)."""
+
+    # --- norms ------------------------------------------------------------------------------------------
+    rms_normalised_fp32: bool = False
+    """RMSNorm keeps the fp32 normalised value (8 B per element with the fp32 input copy) instead of casting it
+    back first (4 + r): GemmaRMSNorm's ``x.float()`` ... ``* (1 + w)``; GptOssRMSNorm's ``(weight *
+    x_normed).to(input_dtype)``."""
+    layernorm_1p: bool = False
+    """NemotronLayerNorm1P: under autocast the input, ``weight + 1`` and bias are cast to 16 bits and the norm
+    runs in 16 bits (its output is shared by the linears reading it); ``weight + 1`` is a new tensor."""
+    qk_norm: Literal["none", "cast_back", "fp32"] = "none"
+    """RMSNorm over head_dim on q and k: ``cast_back`` keeps its fp32 copy and the value cast back to the
+    projections' dtype (4 + c; Qwen3), ``fp32`` the fp32 normalised value (8; Gemma-3)."""
+    sandwich_norms: bool = False
+    """post_attention_layernorm and post_feedforward_layernorm on the sublayer outputs before the residual adds
+    (Gemma-2/3): each keeps its fp32 input copy and normalised value."""
+    parallel_norms_share_input: bool = False
+    """With a parallel residual, the second norm reads the same residual tensor as the first and keeps only its
+    mean/rstd rows (GPT-NeoX's ``use_parallel_residual``)."""
+    # --- attention ------------------------------------------------------------------------------------------
+    fused_qkv_linear: bool = False
+    """One linear makes q, k and v (c_attn / query_key_value / qkv_proj): one saved input, not three casts."""
+    sdpa_saves: Literal["q_k_v", "fused_output", "rotary_qk_fused_output"] = "q_k_v"
+    """What the fused SDPA kernel's q, k, v are: new tensors (``q_k_v``); all views of the fused projection's
+    output, which stays alive whole (``fused_output``, GPT-2); or rotary's new q and k with v a view of the
+    fused output (``rotary_qk_fused_output``, GPT-NeoX, Phi-3, Qwen1)."""
+    sdpa_padding_mask: bool = False
+    """The layer builds its own (b, 1, s, s) mask and hands it to SDPA, which keeps it (Qwen1 without
+    flash-attn, ``QWenAttention.forward``): c·s bytes a token."""
+    kv_broadcast_copies: bool = False
+    """k and v are copied to every head before the kernel (Falcon's new decoder architecture:
+    ``torch.broadcast_to(key, query.shape)``)."""
+    eager_softmax: Literal["fp32_cast", "compute", "sink"] = "fp32_cast"
+    """Eager attention's probabilities: ``softmax(..., dtype=float32).to(dtype)`` (fp32 + its 16-bit cast),
+    in the compute dtype (GPT-2, BERT, RoBERTa, Falcon), or gpt_oss's sink softmax over s + 1 keys
+    (``layers.attention.sink_softmax_bytes_per_token``)."""
+    window_mask: bool = False
+    """A Mistral-style sliding window becomes an explicit (1, 1, s, s) bool mask once it does not cover the
+    sequence, so SDPA runs the memory-efficient kernel with k/v repeated (mistral, mixtral, phi3, qwen2/3 and
+    their MoE variants; Gemma-2/3 and gpt_oss window their layers otherwise)."""
+    rope_half_width: bool = False
+    """The rotary cos/sin are (1, s, d/2), applied to both halves (GptOssRotaryEmbedding: ``emb = freqs``)."""
+    checkpoint_holds_eager_mask: bool = False
+    """Under full (non-reentrant) recompute with eager attention, layer 0's checkpoint holds the model's
+    (b, 1, s, s) additive mask to the end of the backward (gpt_oss, Nemotron, OPT: traced)."""
+    # --- MLP ------------------------------------------------------------------------------------------------
+    fused_gate_up: bool = False
+    """gate and up are one linear (Phi-3's gate_up_proj): one saved input."""
+    parallel_mlp_input: Literal["own_norm", "shared_norm", "second_norm_same_input"] = "own_norm"
+    """With a parallel residual, what feeds the MLP: its own norm; the attention's one LayerNorm (Falcon: under
+    autocast the MLP's first linear casts its own 16-bit copy); or a second LayerNorm on the same residual
+    (Falcon's new architecture with two norms: only its mean/rstd rows are new)."""
+    shared_expert_gate: bool = False
+    """The shared expert's output is scaled by ``sigmoid(shared_expert_gate(x))`` (Qwen2-MoE)."""
+    experts: Literal["grouped_mm", "gpt_oss"] = "grouped_mm"
+    """Routed experts: transformers 5.24's grouped_mm experts with a softmax/top-k router, or gpt_oss's biased
+    router and clamped SwiGLU (``layers.mlp.gpt_oss_moe_terms``)."""
+    block_keeps_attn_output: bool = False
+    """The decoder layer keeps the attention output in a local while its MLP runs (GPT2Block's
+    ``attn_output``): part of LoRA's MLP frame."""
+    # --- what full recompute finds already held --------------------------------------------------------------
+    norm_keeps_layer_input: Literal["never", "always", "without_autocast"] = "never"
+    """A LayerNorm family's first norm (or, post-LN, q/k/v_proj) keeps the layer's input itself, which the
+    checkpoint holds already: always (GPT-2, GPT-NeoX, Falcon: ``nn.LayerNorm`` reads the stream as it is), or
+    only without autocast (Nemotron's LayerNorm1P and post-LN OPT keep a 16-bit cast under it). RMSNorm
+    families keep it on an fp32 stream (``x.to(float32)`` is x): ``layers.model_wide``."""
+    fp32_norm_input_held_under_lora: bool = False
+    """RMSNorm on an fp32 stream: the layer input the norm keeps is the checkpointed one under LoRA as well
+    (gpt_oss, traced)."""
+    lora_norm_input_cast: bool = False
+    """Under LoRA the input LayerNorm's saved input is not the checkpointed 16-bit input when autocast casts it
+    to fp32 or, post-LN, when the norm reads the attention's residual sum (OPT, traced)."""
+    # --- model-wide ------------------------------------------------------------------------------------------
+    embedding_dropout: bool = False
+    """The embedding output goes through dropout (1 B mask per element when hidden dropout > 0: GPT-2, BERT,
+    RoBERTa)."""
+    embed_projections: bool = False
+    """OPTDecoder: ``word_embed_proj_dim`` may differ from hidden (project_in / project_out), the final norm
+    exists only pre-LN, and ``enable_input_require_grads``'s embedding leaf is kept under LoRA because the first
+    layer reads a new tensor."""
+    post_ln: bool = False
+    """Norms after each residual add (OPT with ``do_layer_norm_before`` false): q/k/v_proj read the layer input."""
+    transients: Literal["generic", "gpt_oss"] = "generic"
+    """Which traced model of the tensors beyond the saved ones applies to forward, recompute and the attention
+    backward: the generic walk's, or gpt_oss's (``memory/gpt_oss_frames.py``)."""
+    variant: Callable[[dict[str, Any]], LayerFamily] | None = None
+    """Where a config key changes the layer (Falcon's ``new_decoder_architecture``, OPT's
+    ``do_layer_norm_before``): the description for that config."""
+
+
+DEFAULT_FAMILY = LayerFamily()
+"""Llama's layer: what any family not listed in :data:`FAMILIES` is taken as (llama, mistral without a window
+behaves the same; derived families never reach the term functions)."""
+
+
+def _falcon(cfg: dict[str, Any]) -> LayerFamily:
+    """``new_decoder_architecture``: `kv_broadcast_copies`, and with ``num_ln_in_parallel_attn`` 2 (the default)
+    `parallel_mlp_input='second_norm_same_input'`. FalconDecoderLayer (modeling_falcon.py): the new architecture
+    broadcasts k/v to every head and normalises the MLP's input with its own ``ln_mlp``."""
+    if not cfg.get("new_decoder_architecture"):
+        return _FALCON
+    two = (cfg.get("num_ln_in_parallel_attn") or 2) == 2
+    return replace(_FALCON, kv_broadcast_copies=True, variant=None,
+                   parallel_mlp_input="second_norm_same_input" if two else "shared_norm")
+
+
+def _opt(cfg: dict[str, Any]) -> LayerFamily:
+    """``do_layer_norm_before`` false: `post_ln`, `norm_keeps_layer_input='without_autocast'`. OPTDecoderLayer:
+    opt-350m is post-LN."""
+    if cfg.get("do_layer_norm_before", True) is False:
+        return replace(_OPT, post_ln=True, norm_keeps_layer_input="without_autocast", variant=None)
+    return _OPT
+
+
+_QWEN3 = LayerFamily(qk_norm="cast_back", window_mask=True)
+_GEMMA = LayerFamily(rms_normalised_fp32=True)
+_GEMMA2 = replace(_GEMMA, sandwich_norms=True)
+_GEMMA3 = replace(_GEMMA2, qk_norm="fp32")
+_GPT2_STYLE = LayerFamily(eager_softmax="compute", embedding_dropout=True)
+_FALCON = LayerFamily(fused_qkv_linear=True, eager_softmax="compute", parallel_mlp_input="shared_norm",
+                      norm_keeps_layer_input="always", variant=_falcon)
+_OPT = LayerFamily(lora_norm_input_cast=True, embed_projections=True, checkpoint_holds_eager_mask=True,
+                   norm_keeps_layer_input="always", variant=_opt)
+
+FAMILIES: dict[str, LayerFamily] = {
+    "llama": DEFAULT_FAMILY,
+    "mistral": LayerFamily(window_mask=True),
+    "mixtral": LayerFamily(window_mask=True),
+    "qwen2": LayerFamily(window_mask=True),
+    "qwen2_moe": LayerFamily(window_mask=True, shared_expert_gate=True),
+    "qwen3": _QWEN3,
+    "qwen3_moe": _QWEN3,
+    "gemma": _GEMMA,
+    "gemma2": _GEMMA2,
+    "gemma3_text": _GEMMA3,
+    "gemma3": _GEMMA3,
+    "phi3": LayerFamily(fused_qkv_linear=True, sdpa_saves="rotary_qk_fused_output", window_mask=True,
+                        fused_gate_up=True),
+    "gpt2": replace(_GPT2_STYLE, fused_qkv_linear=True, sdpa_saves="fused_output", block_keeps_attn_output=True,
+                    norm_keeps_layer_input="always"),
+    "bert": _GPT2_STYLE,
+    "roberta": _GPT2_STYLE,
+    "gpt_neox": LayerFamily(fused_qkv_linear=True, sdpa_saves="rotary_qk_fused_output",
+                            parallel_norms_share_input=True, norm_keeps_layer_input="always"),
+    "falcon": _FALCON,
+    "qwen": LayerFamily(fused_qkv_linear=True, sdpa_saves="rotary_qk_fused_output", sdpa_padding_mask=True),
+    "nemotron": LayerFamily(layernorm_1p=True, checkpoint_holds_eager_mask=True,
+                            norm_keeps_layer_input="without_autocast"),
+    "opt": _OPT,
+    "gpt_oss": LayerFamily(rms_normalised_fp32=True, eager_softmax="sink", rope_half_width=True,
+                           checkpoint_holds_eager_mask=True, experts="gpt_oss", fp32_norm_input_held_under_lora=True,
+                           transients="gpt_oss"),
+    "deepseek_v2": DEFAULT_FAMILY,
+    "deepseek_v3": DEFAULT_FAMILY,
+}
+"""model_type -> its layer. DeepSeek's latent attention is read from the spec's MLA ranks."""
+
+
+def register_family(model_type: str, family: LayerFamily) -> None:
+    """Declare ``model_type``'s layer (a family built from ops the fields already describe)."""
+    FAMILIES[model_type] = family
+
+
+def layer_family(spec: ModelSpec) -> LayerFamily:
+    """The description of ``spec``'s layer, resolved for its config (:attr:`LayerFamily.variant`)."""
+    fam = FAMILIES.get(spec.model_type, DEFAULT_FAMILY)
+    return fam.variant(spec.hf_config) if fam.variant is not None else fam
+
+
+def families_markdown() -> str:
+    """The table of docs/layers.md: each described model_type and the fields its description sets (config
+    variants resolved for the default config); tests/memory/test_layer_families.py checks the doc carries it."""
+    rows = ["| model_type | differs from Llama's layer in |", "|---|---|"]
+    for mt in sorted(FAMILIES):
+        fam = FAMILIES[mt].variant({}) if FAMILIES[mt].variant is not None else FAMILIES[mt]
+        diff = [f"`{f.name}={getattr(fam, f.name)!r}`" if not isinstance(getattr(fam, f.name), bool) else f"`{f.name}`"
+                for f in dataclasses.fields(LayerFamily)
+                if f.name != "variant" and getattr(fam, f.name) != getattr(DEFAULT_FAMILY, f.name)]
+        if FAMILIES[mt].variant is not None:
+            note = " ".join((FAMILIES[mt].variant.__doc__ or "").split()).split(". ")[0]
+            diff.append(f"config variant: {note}")
+        rows.append(f"| {mt} | {', '.join(diff) or '—'} |")
+    return "\n".join(rows) + "\n"
