@@ -130,6 +130,11 @@ def vision_notes(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
     else:
         out.append("vision: --image-tokens 0: text-only batches; the tower does not run, gets no gradients and no "
                    "optimizer state (torch.optim skips a parameter whose .grad is None): it is stored only")
+    if setup.is_lora:
+        out.append("vision with LoRA: adapters in the language model only, as LLaMA-Factory (find_all_linear_modules "
+                   "without the frozen tower and projector) and ms-swift target them; PEFT's target_modules matched "
+                   "over the whole model (all-linear, or CLIP's own q_proj/v_proj names) would adapt the tower too, "
+                   "which then saves activations: not modelled")
     if setup.engine == "fsdp2" and state != "frozen":
         out.append("vision under FSDP: the tower's per-block all-gathers (transient) are not modelled")
     return out

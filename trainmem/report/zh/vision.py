@@ -21,6 +21,13 @@ EXACT: dict[str, str] = {
     "(torch.optim skips a parameter whose .grad is None): it is stored only":
         "视觉：--image-tokens 0：纯文本批次；视觉塔不运行，没有梯度也没有优化器状态（torch.optim 跳过 .grad 为 None "
         "的参数）：只存参数",
+    "vision with LoRA: adapters in the language model only, as LLaMA-Factory (find_all_linear_modules without the "
+    "frozen tower and projector) and ms-swift target them; PEFT's target_modules matched over the whole model "
+    "(all-linear, or CLIP's own q_proj/v_proj names) would adapt the tower too, which then saves activations: not "
+    "modelled":
+        "视觉 + LoRA：adapter 只加在语言模型里，与 LLaMA-Factory（find_all_linear_modules 排除冻结的视觉塔和投影层）和 "
+        "ms-swift 的做法一致；若 PEFT 的 target_modules 在整个模型上匹配（all-linear，或 CLIP 自己的 q_proj/v_proj 名字），"
+        "视觉塔也会被加上 adapter，从而要保存激活值：没有建模",
     "vision under FSDP: the tower's per-block all-gathers (transient) are not modelled":
         "FSDP 下的视觉塔：逐块的 all-gather（临时显存）没有建模",
 }
