@@ -231,8 +231,8 @@ def test_no_causal_lm_class_and_moe_are_refused():
     with pytest.raises(UnsupportedError) as err:  # (encoder–decoder models: tests/model/test_derive_seq2seq.py)
         spec_from_hf_config(dict(TINY, model_type="vit"), name="vit")
     assert "'vit'" in str(err.value) and "llama" in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(UnsupportedError, match="kinds"):  # (MoE and Mamba-2: tests/model/test_derive_moe_mamba.py)
-        spec_from_hf_config(dict(TINY, model_type="bamba", attn_layer_indices=[1], pad_token_id=0), name="bamba")
+    with pytest.raises(UnsupportedError, match="Mamba-1"):  # (MoE and Mamba-2: tests/model/test_derive_moe_mamba.py)
+        spec_from_hf_config(dict(TINY, model_type="jamba", pad_token_id=0), name="jamba")
     with pytest.raises((ConfigError, UnsupportedError)):
         spec_from_hf_config(dict(TINY, model_type="no_such_family"), name="x")
 

@@ -27,10 +27,14 @@ Mixture-of-experts layers run transformers' grouped_mm experts (``integrations/m
 (:data:`MOE_NOTE`). Mamba-2 mixers are probed through a stand-in of mamba_ssm's fused CUDA function
 (``trainmem/trace/mamba.py``): what it saves, not what the CPU torch path keeps (:data:`MAMBA_NOTE`).
 
-Known limitations: every decoder layer is taken to save what layer 1 saves (per-layer ``layer_types``
-alternating sliding / full attention are not told apart), so models whose layers are of several kinds (Bamba,
-Jamba, Zamba2, Granite-4 hybrids: Mamba and attention layers interleaved) are refused; encoder–decoder models
-are derived apart (derive_seq2seq.py); tensor, pipeline, context and expert parallelism,
+Layers of several kinds (their children's names and classes differ: Bamba, Granite-4 hybrid, Nemotron-H with
+Mamba-2 and attention layers interleaved) are probed once per kind (:meth:`DerivedLayers.probe_layer`), and the walk
+asks each layer's kind (:meth:`DerivedLayers.for_layer`). Mamba-1 mixers (mamba, falcon_mamba, jamba) are refused.
+
+Known limitations: layers of one kind are taken to save what the probed one saves (per-layer ``layer_types``
+alternating sliding / full attention are not told apart); backward temporaries (an activation's backward, a
+kernel's recomputation) are not measured, only saved tensors; encoder–decoder models are derived apart
+(derive_seq2seq.py); tensor, pipeline, context and expert parallelism,
 Megatron, LoRA/QLoRA, selective recompute, fp8 and offload are refused until the family is described
 (the layer's sharding and op-level recompute need the structure, not only the sizes).
 """
@@ -59,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DerivedLayers", "SavedPart", "derive_spec", "probe_lengths", "DERIVE_VERSION", "SEQ_LENS", "cache_dir"]
 
-DERIVE_VERSION = 6
+DERIVE_VERSION = 7
 """Bumped when the measurement changes (part of the disk-cache key)."""
 SEQ_LENS = (64, 128, 192)
 """The sequence lengths of the fit (s₁, s₂, s₃), each with micro-batches of 1 and 2 sequences."""
@@ -137,7 +141,12 @@ class DerivedLayers:
     """Mixture-of-experts layers (routed through transformers' grouped_mm experts: see :data:`MOE_NOTE`)."""
     mamba: bool = False
     """Mamba-2 mixers (measured as mamba_ssm's fused CUDA kernel saves: see :data:`MAMBA_NOTE`)."""
-    _probes: dict[tuple[str, str, tuple[int, ...]], _Probe] = field(default_factory=dict, repr=False)
+    layer_kinds: tuple[int, ...] = ()
+    """Each decoder layer's kind (its children's names and classes; 0, 1, ... by first occurrence) when the layers
+    are of several kinds (Bamba / Granite-4 / Nemotron-H: Mamba and attention layers interleaved); () when alike."""
+    kind: int = 0
+    """The kind this view describes (:meth:`for_layer`)."""
+    _probes: dict[tuple[str, str, tuple[int, ...], int], _Probe] = field(default_factory=dict, repr=False)
 
     @property
     def key(self) -> str:
@@ -173,6 +182,28 @@ class DerivedLayers:
                         "transformers): use torch, fsdp2 or deepspeed without it")
         return None
 
+    def kind_of(self, layer_idx: int) -> str:
+        """The walk's kind of layer ``layer_idx`` (memory/plan.py ``_layer_kinds``: one measurement per kind)."""
+        return str(self.layer_kinds[layer_idx]) if self.layer_kinds else ""
+
+    def for_layer(self, layer_idx: int, setup: "TrainingSetup | None" = None) -> "DerivedLayers":
+        """This description as layer ``layer_idx`` sees it: its kind's measurement (shared by every view)."""
+        if not self.layer_kinds:
+            return self
+        view = dataclasses.replace(self, kind=self.layer_kinds[layer_idx])
+        view._probes = self._probes
+        return view
+
+    def probe_layer(self) -> tuple[int, int]:
+        """(the layer measured, the probe copy's layers): layer 1 of a 3-layer copy when the layers are alike; else
+        the first layer of this kind after layer 0 (layer 0 when only it is of this kind), in a copy cut after the
+        layer that follows it (per-layer config lists cut alike), so the copy's layers are the model's."""
+        if not self.layer_kinds:
+            return 1, _PROBE_LAYERS
+        at = [i for i, k in enumerate(self.layer_kinds) if k == self.kind]
+        m = next((i for i in at if i >= 1), at[0])
+        return m, max(_PROBE_LAYERS, min(m + 2, len(self.layer_kinds)))
+
     def parts(self, mode: str, attn: str, seq_len: int) -> tuple[SavedPart, ...]:
         """Per-layer saved parts for a precision class (``fp32`` | ``16`` | ``amp``) and an attention."""
         return self._probe(mode, attn, seq_len).parts
@@ -191,10 +222,10 @@ class DerivedLayers:
 
     def _probe(self, mode: str, attn: str, seq_len: int) -> _Probe:
         lengths = probe_lengths(self.sliding_window, seq_len)
-        got = self._probes.get((mode, attn, lengths))
+        got = self._probes.get((mode, attn, lengths, self.kind))
         if got is None:
             got = _cached_probe(self, mode, attn, lengths)
-            self._probes[(mode, attn, lengths)] = got
+            self._probes[(mode, attn, lengths, self.kind)] = got
         return got
 
 
@@ -246,7 +277,7 @@ def _hf_config(transformers: Any, cfg: Mapping[str, Any], model_type: str, layer
         n = next((raw[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(raw.get(k), int)),
                  None)
         for k, v in list(raw.items()):
-            if isinstance(v, list) and n is not None and len(v) == n:
+            if isinstance(v, (list, str)) and n is not None and len(v) == n and n > 1:  # (Nemotron-H's pattern string)
                 raw[k] = v[:layers]
         key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers") if k in raw), "num_hidden_layers")
         raw[key] = layers
@@ -462,7 +493,7 @@ _COMPONENT_OF = {"mlp_down_input": "mlp", "derived:mlp": "mlp", "o_input": "atte
 
 
 def _probe_forward(torch: Any, model: Any, layers: Any, vocab: int, b: int, s: int, amp: Any,
-                   copies: set[int]) -> tuple[dict[str, int], int, int, bool]:
+                   copies: set[int], m: int = 1) -> tuple[dict[str, int], int, int, bool]:
     """One forward of the probe model: {part name: bytes the middle layer saves}, model-wide bytes, the
     bytes of its saved tensors that are its input itself, and whether a norm ran after the MLP."""
     owner = _Owner()
@@ -489,12 +520,12 @@ def _probe_forward(torch: Any, model: Any, layers: Any, vocab: int, b: int, s: i
     finally:
         for h in handles:
             h.remove()
-    shared = set(per_layer[0]) | set(per_layer[2])
+    shared = set().union(*(set(p) for k, p in enumerate(per_layer) if k != m))  # (what other layers save too)
     parts: dict[str, int] = {}
     wide = 0
-    own_input = sum(n for sid, (*_, n) in per_layer[1].items() if sid == owner.inputs.get(1))
+    own_input = sum(n for sid, (*_, n) in per_layer[m].items() if sid == owner.inputs.get(m))
     post_norm = False
-    for sid, (child, down, after, n) in per_layer[1].items():
+    for sid, (child, down, after, n) in per_layer[m].items():
         if sid in shared:
             wide += n
         else:
@@ -544,7 +575,8 @@ def _measure(d: DerivedLayers, mode: str, attn: str, lengths: tuple[int, ...] = 
 
     param_dtype, amp_name = _MODES[mode]
     amp = getattr(torch, amp_name) if amp_name else None
-    config = _hf_config(transformers, d.config, d.model_type, layers=_PROBE_LAYERS)
+    m, n_probe = d.probe_layer()
+    config = _hf_config(transformers, d.config, d.model_type, layers=n_probe)
     vocab = int(getattr(config, "vocab_size", 0) or 0) or 2
     runs: dict[tuple[int, int], tuple[dict[str, int], int, int, bool]] = {}
     copies: set[int] = set()
@@ -558,7 +590,7 @@ def _measure(d: DerivedLayers, mode: str, attn: str, lengths: tuple[int, ...] = 
         stack.enter_context(eager_branches())
         model = _build(transformers, torch, config, d.architecture, dtype=getattr(torch, param_dtype), attn=attn)
         model.train()
-        layers = _decoder_layers(torch, model, _PROBE_LAYERS)
+        layers = _decoder_layers(torch, model, n_probe)
         quiet = logging.getLogger("torch._subclasses.fake_tensor")
         level = quiet.level
         quiet.setLevel(logging.CRITICAL)  # (a shape error would print its traceback there first)
@@ -567,7 +599,7 @@ def _measure(d: DerivedLayers, mode: str, attn: str, lengths: tuple[int, ...] = 
             for b in (1, 2):
                 for s in lengths:
                     copies.clear()
-                    runs[(b, s)] = _probe_forward(torch, model, layers, vocab, b, s, amp, copies)
+                    runs[(b, s)] = _probe_forward(torch, model, layers, vocab, b, s, amp, copies, m)
                     torch.clear_autocast_cache()
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -585,7 +617,7 @@ def _measure(d: DerivedLayers, mode: str, attn: str, lengths: tuple[int, ...] = 
 
 def _cached_probe(d: DerivedLayers, mode: str, attn: str, lengths: tuple[int, ...] = SEQ_LENS) -> _Probe:
     """The probe from the disk cache, or measured and stored there (a cache that cannot be written is skipped)."""
-    tag = "" if lengths == SEQ_LENS else "-s" + "_".join(map(str, lengths))
+    tag = ("" if lengths == SEQ_LENS else "-s" + "_".join(map(str, lengths))) + (f"-k{d.kind}" if d.kind else "")
     path = cache_dir() / f"{d.key}-{mode}-{attn}{tag}.json"
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -674,7 +706,7 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
     Both are cached on disk per config (a cached description needs no torch import: seconds saved).
 
     Raises ``UnsupportedError`` (one line) without torch/transformers, for a model_type transformers has
-    no causal-LM class for, and for decoder layers of several kinds; ``ConfigError`` where transformers refuses
+    no causal-LM class for, and for Mamba-1 mixers; ``ConfigError`` where transformers refuses
     the config. ``max_layers``, ``activations``: trainmem's layer guard and transformers' ACT2FN names
     (``trainmem.model.hf`` passes its own; this module does not import it)."""
     model_type = str(cfg.get("model_type"))
@@ -698,12 +730,13 @@ def derive_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describe
     params = dict(fields["params"])
     params["layers"] = tuple(LayerParams(**lp) for lp in params["layers"])
     spec_fields = {k: v for k, v in fields.items()
-                   if k not in ("params", "supports_sdpa", "activations", "probe_window", "moe", "mamba")}
+                   if k not in ("params", "supports_sdpa", "activations", "probe_window", "moe", "mamba", "layer_kinds")}
     return ModelSpec(name=name, **spec_fields, params=ParamCounts(**params), source=source, hf_config=dict(cfg),
                      derived=DerivedLayers(config=_clean(cfg), model_type=model_type,
                                            architecture=fields["architecture"], supports_sdpa=fields["supports_sdpa"],
                                            sliding_window=fields.get("probe_window"), moe=bool(fields.get("moe")),
-                                           mamba=bool(fields.get("mamba"))))
+                                           mamba=bool(fields.get("mamba")),
+                                           layer_kinds=tuple(fields.get("layer_kinds") or ())))
 
 
 def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_type: str, described: str,
@@ -719,11 +752,13 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
     with torch.device("meta"):
         model = _build(transformers, torch, config, architecture)
     counts, tied, layers = _param_counts(torch, model, n_layers)
-    kinds = {tuple((n, type(c).__name__) for n, c in layer.named_children()) for layer in layers}
-    if len(kinds) > 1:
-        raise UnsupportedError(f"model_type {model_type!r}: its decoder layers are of {len(kinds)} kinds (Mamba / "
-                               "attention / MoE layers interleaved); the deriver measures one layer for all, so it "
-                               "describes models whose layers are alike (Mamba2, Falcon-H1's parallel hybrid)")
+    if any(hasattr(m, "A_log") and hasattr(m, "x_proj") for m in model.modules()):
+        raise UnsupportedError(f"model_type {model_type!r}: Mamba-1 mixers (selective scan: mamba, falcon_mamba, "
+                               "jamba) are not derived: what mamba_ssm's CUDA kernel saves for them is not modelled "
+                               "(Mamba-2 mixers are)")
+    signatures = [tuple((n, type(c).__name__) for n, c in layer.named_children()) for layer in layers]
+    order = list(dict.fromkeys(signatures))
+    layer_kinds = [order.index(sig) for sig in signatures] if len(order) > 1 else []
     h = int(_first_attr(config, "hidden_size", "n_embd", "d_model"))
     heads = int(_first_attr(config, "num_attention_heads", "n_head", default=1))
     kv = int(_first_attr(config, "num_key_value_heads", "num_kv_heads", default=heads))
@@ -752,7 +787,7 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
         rotary_dim=_rotary_dim(config, head_dim) if position == "rope" else None,
         params={**dataclasses.asdict(counts), "layers": [dataclasses.asdict(lp) for lp in counts.layers]},
         supports_sdpa=bool(getattr(getattr(transformers, architecture), "_supports_sdpa", False)),
-        probe_window=_window(config), moe=moe, mamba=mamba,
+        probe_window=_window(config), moe=moe, mamba=mamba, layer_kinds=layer_kinds,
         activations=sorted(activations))
 
 

@@ -300,6 +300,8 @@ EXACT: dict[str, str] = {
         "（fake tensor 上原本是非原地相加）",
     "autocast: CUDA op lists and weight-cast cache (autocast_mode.h)":
         "autocast：CUDA 的算子列表和权重类型转换缓存（autocast_mode.h）",
+    "mamba-2: mamba_ssm's fused split-conv1d-scan function's saved tensors (its backward's recomputation temporaries "
+    "are not emulated)": "mamba-2：mamba_ssm 融合的 split-conv1d-scan 函数所保存的张量（未模拟其反向重计算的临时张量）",
     "moe: grouped_mm experts (routing-independent shapes; non-bf16 via transformers' fallback op)":
         "moe：专家用 grouped_mm 计算（形状与路由结果无关；非 bf16 时走 transformers 的回退算子）",
     "GradScaler never skips a step (finite gradients assumed)": "GradScaler 从不跳过更新（假设梯度都是有限值）",

@@ -264,6 +264,7 @@ def _enter_modes(stack: contextlib.ExitStack, setup: "TrainingSetup", *, fsdp: b
     from trainmem.trace.dropout import cuda_dropout
     from trainmem.trace.fsdp import fake_world, tag_collectives
     from trainmem.trace.hf_eager import eager_branches
+    from trainmem.trace.mamba import cuda_mamba2
     from trainmem.trace.moe import cuda_grouped_mm
     from trainmem.trace.sdpa import cuda_sdpa
 
@@ -280,6 +281,7 @@ def _enter_modes(stack: contextlib.ExitStack, setup: "TrainingSetup", *, fsdp: b
     # (innermost: SDPA calls reach torch's ring attention before the CUDA SDPA emulation, trace/cp.py)
     m.cp = stack.enter_context(cp_plan.ring_attention(m.mesh)) if cp else None
     stack.enter_context(cuda_grouped_mm())
+    stack.enter_context(cuda_mamba2())  # (Mamba-2 mixers: what mamba_ssm's fused CUDA function saves, trace/mamba.py)
     stack.enter_context(eager_branches())
     m.head_grads = stack.enter_context(_HeadGradInPlace(lambda: tracker.phase))
     if fsdp:
@@ -470,6 +472,10 @@ def _run_notes(spec: "ModelSpec", setup: "TrainingSetup", m: _Modes, *, emulate:
                           "place in the InputBuffer, as for plain tensors (fake ones add out of place)")
     if spec.is_moe or "expert" in str(spec.hf_config).lower():
         emulations.append("moe: grouped_mm experts (routing-independent shapes; non-bf16 via transformers' fallback op)")
+    if "mamba" in str(spec.hf_config).lower() or spec.model_type in ("falcon_h1", "bamba", "granitemoehybrid",
+                                                                      "nemotron_h", "zamba2"):
+        emulations.append("mamba-2: mamba_ssm's fused split-conv1d-scan function's saved tensors (its backward's "
+                          "recomputation temporaries are not emulated)")
     if scaler:
         notes.append("GradScaler never skips a step (finite gradients assumed)")
     if fsdp:

@@ -55,10 +55,10 @@ PATTERNS: list[tuple[str, str]] = [
      "transformers: pip install 'trainmem[trace]'",
      "trainmem 中没有 model_type {mt} 的层描述；从 transformers 推导需要 torch 和 transformers："
      "pip install 'trainmem[trace]'"),
-    ("model_type {mt}: its decoder layers are of {n:d} kinds (Mamba / attention / MoE layers interleaved); the deriver "
-     "measures one layer for all, so it describes models whose layers are alike (Mamba2, Falcon-H1's parallel hybrid)",
-     "model_type {mt}：它的解码器层有 {n} 种（Mamba / 注意力 / MoE 层交错）；推导器只测量一层并用于所有层，因此只能描述各层"
-     "相同的模型（Mamba2、Falcon-H1 的并行混合结构）"),
+    ("model_type {mt}: Mamba-1 mixers (selective scan: mamba, falcon_mamba, jamba) are not derived: what mamba_ssm's "
+     "CUDA kernel saves for them is not modelled (Mamba-2 mixers are)",
+     "model_type {mt}：Mamba-1 混合器（selective scan：mamba、falcon_mamba、jamba）不做推导：mamba_ssm 的 CUDA 内核为它们"
+     "保存的张量没有建模（Mamba-2 混合器有）"),
     ("attn eager: {mt} has no sdpa attention in transformers ({a})", "attn eager：transformers 中 {mt} 没有 sdpa 注意力（{a}）"),
     ("{a}: no list of {n:d} decoder layers found to derive from", "{a}：找不到由 {n} 个解码器层组成的列表，无法推导"),
     ("config.json (model_type {mt}): transformers refuses it: {e}", "config.json（model_type {mt}）：transformers 拒绝了它：{e}"),
