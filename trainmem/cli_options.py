@@ -57,7 +57,10 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
                            "script (outputs kept through backward) [trainer]"),
     ("loss", _S, "--loss", "hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) | "
                            "fused-ce (flash-attn cross-entropy on 16-bit logits; llm-foundry) | cce (Apple's Cut "
-                           "Cross-Entropy, no logits; axolotl) [hf]"),
+                           "Cross-Entropy, no logits; axolotl) | unsloth (unsloth's fast_cross_entropy_loss: 16-bit "
+                           "logits, gradient in place) [hf]"),
+    ("kernels", _S, "--kernels", "unsloth: unsloth's patched Llama/Mistral under LoRA (fast RMSNorm/RoPE, "
+                                 "LoRA_MLP/QKV/W kernels) [none]"),
     ("loss_chunks", _I, "--loss-chunks", "chunks of the chunked loss [8, torchtune's default]"),
     ("engine", _S, "--engine", "torch|fsdp2|deepspeed|megatron"),
     ("gpus", _I, "--gpus", "world size [1]"),

@@ -31,7 +31,10 @@ loop               trainer         trainer: the model output is dropped before b
                                    torchtitan, Megatron); script: ``outputs`` is kept through backward
 loss               hf              hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) |
                                    fused-ce (flash-attn's cross-entropy kernel on the 16-bit logits, llm-foundry) |
-                                   cce (Apple's Cut Cross-Entropy: no logits materialised; axolotl's plugin)
+                                   cce (Apple's Cut Cross-Entropy: no logits materialised; axolotl's plugin) |
+                                   unsloth (unsloth's fast_cross_entropy_loss: 16-bit logits, gradient in place)
+kernels            none            unsloth: unsloth's patched Llama/Mistral under LoRA (fast RMSNorm/RoPE, LoRA_MLP/QKV/W;
+                                   memory/unsloth.py)
 loss_chunks        8 (chunked)     chunks of the chunked / fused-linear loss
 gpus               1               world size
 dp                 gpus/(tp·pp·cp) data-parallel degree
@@ -111,7 +114,7 @@ Recompute = Literal["none", "selective", "full"]
 Attn = Literal["sdpa", "flash", "eager"]
 Offload = Literal["none", "optimizer", "optimizer+params"]
 Loop = Literal["trainer", "script"]
-Loss = Literal["hf", "chunked", "fused-linear", "fused-ce", "cce"]
+Loss = Literal["hf", "chunked", "fused-linear", "fused-ce", "cce", "unsloth"]
 
 #: Precision recipes each engine really has.
 RECIPES: dict[str, tuple[str, ...]] = {
@@ -256,6 +259,10 @@ class TrainingSetup(BaseModel):
     dtype — torchtune's ``LoRALinear`` in the model dtype (no fp32 copy), PEFT with
     ``autocast_adapter_dtype=False``. (fp16 adapters cannot train under loss scaling: torch's GradScaler raises
     "Attempting to unscale FP16 gradients".)"""
+    kernels: Literal["unsloth"] | None = None
+    """``unsloth``: the decoder layers run unsloth's own kernels (unslothai/unsloth @ ef70177a24): fast RMSNorm and
+    RoPE, and LoRA_MLP / LoRA_QKV / LoRA_W where a whole group carries LoRA (trainmem/memory/unsloth.py). LoRA on a
+    Llama or Mistral model, no lora_dropout, --engine torch."""
     offload_activations: bool = False
     """Saved activations go to pinned host memory in the forward and come back in the backward: torchtune's
     ``OffloadActivations`` (training/_activation_offloading.py, ``use_streams``, ``min_offload_size`` 1024 B,
@@ -333,7 +340,12 @@ class TrainingSetup(BaseModel):
             object.__setattr__(self, "loss_chunks", 8)
         if self.loss == "cce" and self.tp > 1:
             raise ValueError("--loss cce with tp > 1 is not modelled (Cut Cross-Entropy's vocab-parallel options)")
-        if self.loss_chunks is not None and self.loss in ("hf", "fused-ce", "cce"):
+        if self.kernels == "unsloth" and not (self.is_lora and self.lora_dropout == 0 and e == "torch"):
+            raise ValueError("--kernels unsloth is unsloth's patched model under LoRA (get_peft_model: lora_dropout 0) on "
+                             "one process: it needs --lora-rank, no --lora-dropout and --engine torch")
+        if self.loss == "unsloth" and (self.tp > 1 or self.cp > 1 or self.engine == "megatron"):
+            raise ValueError("--loss unsloth (unsloth's cross-entropy kernel) with tp, cp or megatron is not modelled")
+        if self.loss_chunks is not None and self.loss in ("hf", "fused-ce", "cce", "unsloth"):
             raise ValueError("--loss-chunks needs --loss chunked or fused-linear")
         if self.device_map is not None:
             self._check_device_map()
@@ -678,6 +690,8 @@ def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
         raise ConfigError("encoder models (bert/roberta) are not modelled for the megatron engine")
     if setup.seq_len > spec.max_position_embeddings and spec.position == "learned":
         raise ConfigError(f"seq_len({setup.seq_len}) > max_position_embeddings({spec.max_position_embeddings}) of a model with learned positions")
+    if setup.kernels == "unsloth" and (spec.model_type not in ("llama", "mistral") or spec.derived is not None):
+        raise ConfigError(f"--kernels unsloth: unsloth (ef70177a24) patches Llama and Mistral models; not {spec.model_type}")
     if setup.is_lora:  # PEFT's module names for this family, all-linear, rank <= min(in, out)
         from trainmem.model.lora_targets import check_lora_targets, check_targets_for_setup
         check_lora_targets(spec, setup.lora_targets, setup.lora_rank)

@@ -102,7 +102,10 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
     _attention_block_terms(spec, setup, fam, terms, add, te)
     _mlp_block_terms(spec, setup, fam, add, layer_idx, te)
     _dropout_terms(spec, setup, add, s=s)
-    if setup.is_lora:
+    if setup.kernels == "unsloth":  # unsloth's fused LoRA, RMSNorm and RoPE kernels (memory/unsloth.py)
+        from trainmem.memory.unsloth import unsloth_layer_terms
+        terms = unsloth_layer_terms(spec, setup, layer_idx, terms, lora_terms)
+    elif setup.is_lora:
         terms = lora_terms(spec, setup, layer_idx, terms)
     if setup.qlora and setup.qlora_impl == "bnb-legacy":  # bitsandbytes < 0.43.2 keeps each 4-bit linear's input
         terms.append(_bnb_legacy_term(spec, setup, layer_idx, T))

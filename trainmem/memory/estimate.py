@@ -292,6 +292,9 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
     if s.offload_activations:
         from trainmem.memory.act_offload import OFFLOAD_NOTE
         out.append(OFFLOAD_NOTE)
+    if s.kernels == "unsloth" or s.loss == "unsloth":
+        from trainmem.memory.unsloth import KERNELS_NOTE, LOSS_NOTE
+        out.extend(n for n, on in ((KERNELS_NOTE, s.kernels == "unsloth"), (LOSS_NOTE, s.loss == "unsloth")) if on)
     out.extend(s.notes)
     if getattr(spec, "alias_note", ""):
         out.append(spec.alias_note)

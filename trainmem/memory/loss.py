@@ -42,6 +42,9 @@ class LossBuffers:
     logits_saved: bool = False
     """The loss saves the logits themselves for its backward (a fused cross-entropy kernel): they outlive a
     dropped model output until the loss backward has run."""
+    grad_in_place: bool = False
+    """The loss backward writes the logits' gradient into the saved logits (unsloth's fast_cross_entropy_loss,
+    memory/unsloth.py): the logits' storage becomes the gradient, no second b·s·V buffer."""
 
 
 def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
@@ -76,6 +79,9 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
         return _sp_final_norm_shard(spec, setup, fused_ce_buffers(T, V, c))
     if setup.loss == "cce":
         return cut_cross_entropy_buffers(T, V)
+    if setup.loss == "unsloth":
+        from trainmem.memory.unsloth import unsloth_ce_buffers
+        return unsloth_ce_buffers(T, V, c)
     kept = 4 * n
     if spec.final_logit_softcapping and spec.head == "lm":
         kept += c * n  # tanh output kept for backward; division by the cap keeps nothing

@@ -278,7 +278,10 @@ class StepWalk:
         keep_through_norm = fused and loss.kept_bytes < 4 * p.tokens * self.spec.hidden_size
         if not keep_through_norm:
             tl.free(f"losskept{mb}")
-        tl.alloc(f"glogits{mb}", "temporaries", loss.grad_logits_bytes)
+        in_place = loss.grad_in_place  # (unsloth's cross-entropy writes the gradient into the saved logits)
+        if in_place and self.s.loop == "trainer":
+            tl.free(f"logits{mb}")
+        tl.alloc(f"glogits{mb}", "temporaries", 0 if in_place and self.s.loop != "trainer" else loss.grad_logits_bytes)
         tl.spike(f"loraheadbwd{mb}", "temporaries", head_adapter_backward_bytes(self.spec, self.s))
         if loss.logits_saved and self.s.loop == "trainer":
             tl.free(f"logits{mb}")  # (fused cross-entropy: its saved logits go once its backward has run)
