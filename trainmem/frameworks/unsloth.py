@@ -3,12 +3,20 @@
 
 from __future__ import annotations
 
-from trainmem.frameworks.stack import Default, Stack
+from trainmem.frameworks.stack import Default, Run, Stack
 
 __all__ = ["STACK"]
 
 _LD = "unsloth 015bdef unsloth/models/loader.py FastLanguageModel.from_pretrained"
 _GP = "unsloth 015bdef unsloth/models/llama.py get_peft_model"
+
+
+def unsloth_kernels(run: Run) -> str | None:
+    """``unsloth`` where get_peft_model's fast patching runs and trainmem describes it: a Llama or Mistral model
+    (trainmem/memory/unsloth.py), LoRA without dropout (llama.py: "Dropout = 0 is supported for fast patching")."""
+    if run.model_type in ("llama", "mistral") and not run.fields.get("lora_dropout"):
+        return "unsloth"
+    return None
 
 STACK = Stack(
     name="unsloth",
@@ -29,13 +37,19 @@ STACK = Stack(
         Default(field="loss", value="fused-linear",
                 source="unsloth 015bdef unsloth/models/llama.py CausalLM forward: unsloth_fused_ce_loss "
                        "(UNSLOTH_RETURN_LOGITS=0, EMPTY_LOGITS)"),
+        Default(field="kernels", value=unsloth_kernels, when=("lora",), engines=("torch",),
+                source="unsloth 015bdef unsloth/kernels/fast_lora.py LoRA_MLP/LoRA_QKV/LoRA_W save_for_backward"
+                       "(X, e, g / X / A, B, X), rms_layernorm.py save_for_backward(X, W, r), rope_embedding.py "
+                       "ctx.cos, ctx.sin (= ef70177a24)"),
         Default(field="optimizer", value="adamw", source="trl SFTConfig optim=adamw_torch_fused"),
         Default(field="optimizer_impl", value="fused", engines=("torch",),
                 source="trl SFTConfig optim=adamw_torch_fused"),
         Default(field="loop", value="trainer", source="unsloth patches TRL's SFTTrainer"),
     ),
     notes=(
-        "Unsloth's own Triton kernels (RoPE, RMSNorm, SwiGLU, LoRA MLP) save fewer tensors than the "
-        "transformers modules trainmem models",
+        "Unsloth's own Triton kernels (RoPE, RMSNorm, LoRA MLP/QKV/O) are counted for Llama and Mistral (--kernels "
+        "unsloth); on other families they save fewer tensors than the transformers modules trainmem counts",
+        "use_gradient_checkpointing='unsloth' is counted as torchtune's OffloadActivations (5 checkpointed inputs "
+        "in flight), not unsloth_zoo's own offloaded checkpointer",
     ),
 )

@@ -31,10 +31,14 @@ EXACT: dict[str, str] = {
         "axolotl：示例配置会打包样本（sample_packing: true）：每一行都是 sequence_len 个 token",
     "llama-factory: gradient checkpointing is reentrant (use_reentrant_gc=True)":
         "llama-factory：梯度检查点是可重入式的（use_reentrant_gc=True）",
-    "unsloth: Unsloth's own Triton kernels (RoPE, RMSNorm, SwiGLU, LoRA MLP) save fewer tensors than the "
-    "transformers modules trainmem models":
-        "unsloth：Unsloth 自己的 Triton kernel（RoPE、RMSNorm、SwiGLU、LoRA MLP）为反向保存的张量比 trainmem "
-        "所建模的 transformers 模块少",
+    "unsloth: Unsloth's own Triton kernels (RoPE, RMSNorm, LoRA MLP/QKV/O) are counted for Llama and Mistral "
+    "(--kernels unsloth); on other families they save fewer tensors than the transformers modules trainmem counts":
+        "unsloth：Unsloth 自己的 Triton kernel（RoPE、RMSNorm、LoRA MLP/QKV/O）对 Llama 和 Mistral 已计入"
+        "（--kernels unsloth）；在其他模型族上，它们为反向保存的张量比 trainmem 所计的 transformers 模块少",
+    "unsloth: use_gradient_checkpointing='unsloth' is counted as torchtune's OffloadActivations (5 checkpointed "
+    "inputs in flight), not unsloth_zoo's own offloaded checkpointer":
+        "unsloth：use_gradient_checkpointing='unsloth' 按 torchtune 的 OffloadActivations 计算（5 个检查点输入在途），"
+        "而不是 unsloth_zoo 自己的卸载式检查点",
     "ms-swift: ms-swift trains LoRA by default (tuner_type lora): give --lora-rank 0 for full fine-tuning":
         "ms-swift：ms-swift 默认训练 LoRA（tuner_type lora）：全量微调请给 --lora-rank 0",
     "ms-swift: swift megatron sft (--engine megatron) has Megatron-SWIFT's own defaults, not listed here":
