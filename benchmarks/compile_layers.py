@@ -16,7 +16,7 @@ MODELS = ("llama-2-7b", "llama-3.2-1b", "mistral-7b", "mistral-nemo-12b", "qwen2
           "qwen3-14b", "phi-4", "gpt2")
 SETUPS = (dict(precision="bf16"), dict(), dict(engine="fsdp2", gpus=8, micro_batch=2),
           dict(precision="bf16", recompute="full"), dict(precision="bf16", seq_len=512, micro_batch=3),
-          # torchtitan's op-level SAC inside the compiled block (refused for biased linears: GPT-2, Qwen2)
+          # torchtitan's op-level SAC inside the compiled block (biased linears run aten.addmm: recomputed)
           dict(engine="fsdp2", gpus=8, micro_batch=2, recompute="selective"))
 
 

@@ -84,10 +84,7 @@ def compile_refusal(spec: ModelSpec, setup: TrainingSetup) -> str | None:
     for bad, why in ((setup.tp > 1 or setup.cp > 1, "tensor or context parallelism"),
                      (setup.is_lora and setup.recompute != "full", "LoRA without --recompute full"),
                      (setup.precision == "fp8", "fp8 linears (torchao Float8Linear's saved set is version-dependent)"),
-                     (setup.recompute == "selective" and spec.moe_layer_indices, "--recompute selective on MoE layers"),
-                     (setup.recompute == "selective" and _biased_linears(spec),
-                      "--recompute selective on biased linears (they run aten.addmm, which torchtitan's save list does "
-                      "not name)")):
+                     (setup.recompute == "selective" and spec.moe_layer_indices, "--recompute selective on MoE layers")):
         if bad:
             return f"--compile with {why} is not modelled; use --compile with full fine-tuning, --recompute none or full"
     if spec.model_type not in COMPILE_FAMILIES:
@@ -144,14 +141,6 @@ def norm_stat_bytes(setup: TrainingSetup) -> int:
     return 4 if (setup.precision == "fp32" or is_amp(setup)) else compute_bytes(setup)
 
 
-def _biased_linears(spec: ModelSpec) -> bool:
-    """Whether the block's linears carry biases: ``F.linear`` with a bias runs ``aten.addmm`` (aten/src/ATen/native/
-    Linear.cpp ``_flatten_nd_linear`` for a 3-D input; GPT-2's Conv1D calls ``torch.addmm``), so torchtitan's policy
-    neither counts nor saves them (traced: a Qwen2.5 block keeps o_proj's and up_proj's outputs, not q's and v's)."""
-    cfg = spec.hf_config or {}
-    return spec.model_type in ("gpt2", "qwen2") or bool(cfg.get("attention_bias")) or bool(cfg.get("mlp_bias"))
-
-
 def compiled_op_sac_unread_width(mm_widths: list[float]) -> float:
     """Of the matmul outputs torchtitan's op-level SAC policy saves in a compiled block (mm widths per token in call
     order; the 1st, 3rd, … are MUST_SAVE), the width the partitioner does not keep because no backward node reads
@@ -159,7 +148,10 @@ def compiled_op_sac_unread_width(mm_widths: list[float]) -> float:
     leaves the block; torch 2.13 ``partitioners.py``: a MUST_SAVE node is saved only where the cut crosses it, and
     a node with no path to the backward is never on the cut). Every earlier saved output is read: q and v by the
     attention backward, the gate (or c_fc / gate_up) by the activation's backward, o_proj's by the recompute of
-    the residual under the second norm. 0 for an even count (GPT-2, fused qkv with Phi-3's gate_up_proj)."""
+    the residual under the second norm. 0 for an even count (fused qkv with Phi-3's gate_up_proj; Qwen2's four
+    mm after its q/k/v addmm). Only for a block whose last linear runs ``aten.mm`` (plan.py ``_torchtitan_op_sac``:
+    a biased one runs ``aten.addmm``, neither saved nor counted, memory/op_sac.py; GPT-2 has no mm at all);
+    traced with biased blocks too (tests/trace/test_op_sac_trace.py)."""
     return mm_widths[-1] if len(mm_widths) % 2 == 1 else 0.0
 
 

@@ -21,6 +21,7 @@ from trainmem.memory.layers.mlp import (plain_mlp_act_forward_extra_per_elem, pl
 from trainmem.memory.layers.model_wide import checkpoint_input_elem_bytes, model_wide_saved_bytes
 from trainmem.memory.compile import compiled_op_sac_unread_width
 from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
+from trainmem.memory.op_sac import block_linears, op_sac_saved_mm_width
 from trainmem.memory.states import RankParams, layers_of_stage, lora_param_count
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
@@ -396,22 +397,18 @@ def _torchtitan_op_sac(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
     option "op"; torch.utils.checkpoint ``create_selective_checkpoint_contexts``). Per layer it keeps the
     checkpoint input, the outputs of the fused attention kernel (output + logsumexp) and of every other
     ``aten.mm`` (the counter restarts in each layer; even-numbered ones are recomputed); everything else
-    is recomputed. Bytes per layer on this rank; 0 where the layer is not modelled this way (MoE, MLA)."""
+    is recomputed, biased linears too: they run ``aten.addmm``, which the save list does not name and the
+    counter does not count (memory/op_sac.py: Qwen2's q/k/v, all four of GPT-2's Conv1D; traced,
+    tests/trace/test_op_sac_trace.py). Bytes per layer on this rank; 0 where the layer is not modelled this way
+    (MoE, MLA)."""
     if idx in spec.moe_layer_indices or spec.kv_lora_rank is not None:
         return 0
     c, r, tp = compute_bytes(s), residual_bytes(s), s.tp
-    h, a, kv, d, dv = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
-    i = spec.intermediate_size
-    attn_mm = [a * d + kv * d + kv * dv] if spec.model_type in _FUSED_QKV else [a * d, kv * d, kv * dv]
-    if spec.model_type == "phi3":
-        mlp_mm = [2 * i]                     # gate_up_proj
-    else:
-        mlp_mm = [i, i] if spec.mlp_gated else [i]
-    # (column-parallel outputs are tp-local; row-parallel ones a full-width partial sum before the reduce)
-    widths = [w / tp for w in attn_mm] + [h] + [w / tp for w in mlp_mm] + [h]
-    kept_mm = sum(w for n, w in enumerate(widths, start=1) if n % 2 == 1)
-    if s.compile:  # (compiled, the partitioner keeps only the saved outputs backward reads: memory/compile.py)
-        kept_mm -= compiled_op_sac_unread_width(widths)
+    h, a, dv = spec.hidden_size, spec.num_attention_heads, spec.v_head_dim
+    linears = block_linears(spec)
+    kept_mm = op_sac_saved_mm_width(linears, tp)
+    if s.compile and linears[-1].mm:  # (compiled, the partitioner keeps only the saved outputs backward reads)
+        kept_mm -= compiled_op_sac_unread_width([ln.width / (tp if ln.column else 1) for ln in linears if ln.mm])
     fused_attn = s.attn != "eager" and not sdpa_math_fallback(spec, s)
     attn_out = (c * a * dv + 4 * a) / tp if fused_attn else 0.0
     T = s.micro_batch * s.seq_len // s.cp

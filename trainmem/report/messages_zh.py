@@ -47,8 +47,6 @@ EXACT: dict[str, str] = {
     "fp8 linears (torchao Float8Linear's saved set is version-dependent)":
         "fp8 线性层（torchao Float8Linear 保存的张量随版本而变）",
     "--recompute selective on MoE layers": "MoE 层上的 --recompute selective",
-    "--recompute selective on biased linears (they run aten.addmm, which torchtitan's save list does not name)":
-        "带偏置线性层上的 --recompute selective（它们走 aten.addmm，torchtitan 的保存列表里没有这个算子）",
     "--no-compile-loss needs --compile (it keeps the loss eager under a compiled model)":
         "--no-compile-loss 需要 --compile（它让编译后的模型里的 loss 保持 eager）",
     "--no-compile-loss: the loss stays eager, its buffers as without --compile (torchtitan between e8977b0, "

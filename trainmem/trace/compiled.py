@@ -111,7 +111,8 @@ def _two_layer_model(spec: "ModelSpec", setup: "TrainingSetup"):  # noqa: ANN202
         torch.float16 if setup.precision in ("fp16", "amp-fp16") else torch.bfloat16)
     model = getattr(transformers, spec.architecture)._from_config(config, attn_implementation=setup.attn, dtype=dtype)
     model.train()
-    layers = model.transformer.h if model_type == "gpt2" else model.model.layers
+    base = model.base_model  # (GPT-2 / Falcon: transformer.h; GPT-NeoX: gpt_neox.layers; OPT: model.decoder.layers)
+    layers = getattr(base, "layers", None) or getattr(base, "h", None) or base.decoder.layers
     return model, layers, config
 
 
