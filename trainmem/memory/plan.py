@@ -16,6 +16,7 @@ from trainmem.memory.layers.attention import eager_softmax_bytes, fused_attentio
 from trainmem.memory.layers.base import (LayerSaved, compute_bytes, derived_attn, derived_mode, is_amp,
                                          opt_embed_proj_dim, opt_post_ln, residual_bytes, sdpa_math_fallback,
                                          te_fp8_linears, torch_cp)
+from trainmem.memory.layers.family import layer_family
 from trainmem.memory.layers.mlp import (plain_mlp_act_forward_extra_per_elem, plain_mlp_act_saved_per_elem,
                                         relu2_backward_extra_per_elem)
 from trainmem.memory.layers.model_wide import checkpoint_input_elem_bytes, model_wide_saved_bytes
@@ -252,10 +253,10 @@ def _set_transients(spec: ModelSpec, s: TrainingSetup, plan: StepPlan) -> None:
         # gradient (fp32), both b·a·s² (compute dtype for families whose softmax is not upcast)
         sm = eager_softmax_bytes(spec, s)
         plan.attn_transient += 2 * sm * s.micro_batch * a * (s.seq_len // s.cp) * s.seq_len // s.tp
-    if s.attn == "sdpa" and spec.model_type in _EAGER_V_GRAD_ONLY and not sdpa_math_fallback(spec, s) \
+    if s.attn == "sdpa" and layer_family(spec).attention_backward_v_grad_only and not sdpa_math_fallback(spec, s) \
             and not torch_cp(s):
         plan.attn_transient = fused_attention_backward_bytes(spec, s)
-    if s.attn == "eager" and spec.model_type in _EAGER_V_GRAD_ONLY:
+    if s.attn == "eager" and layer_family(spec).attention_backward_v_grad_only:
         # (nemotron, opt: traced) the s² pair peaks beside the P·V matmul's v gradient alone: o_proj's input
         # gradient is spent by then, dq and dk come after the s² gradients are gone
         sm = eager_softmax_bytes(spec, s)
@@ -277,7 +278,8 @@ def _tied_head_embedding_part(spec: ModelSpec, s: TrainingSetup, emb_train: int)
     project_in with the token embedding), only ``embed_tokens`` is the LM head's tied weight, whose gradient the
     head's backward creates; ``embed_positions`` (and project_in) get theirs at their own backward, the last
     of the step (traced). None for the other families (unchanged: all at the head's backward)."""
-    if spec.model_type != "opt" or not spec.tie_word_embeddings or not emb_train or s.tp > 1:
+    if not layer_family(spec).tied_head_grad_token_embedding_only or not spec.tie_word_embeddings or not emb_train \
+            or s.tp > 1:
         return None
     return min(spec.params.embedding, emb_train)
 
@@ -330,7 +332,8 @@ def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved, fp8: bool = 
     backward is done, its saved input (the product, width i) and its weight copy are released."""
     total = ls.total_bytes
     mlp = sum(t.bytes for t in ls.terms if t.component in ("mlp", "experts", "router"))
-    if (torch_cp(s) and s.attn == "sdpa") or spec.model_type in ("gpt_oss", "nemotron", "opt"):
+    fam = layer_family(spec)
+    if (torch_cp(s) and s.attn == "sdpa") or fam.post_attention_norm_released_with_mlp:
         # the post-attention norm's saved tensors die at its backward, before attention's: counted with the
         # MLP block, as the ring's backward spike can be the step's peak (traced, tests/trace/test_cp_trace.py),
         # and gpt_oss's eager attention backward (tests/trace/test_gpt_oss_trace.py); nemotron and opt alike
@@ -353,7 +356,7 @@ def _layer_parts(spec: ModelSpec, s: TrainingSetup, ls: LayerSaved, fp8: bool = 
             prod = t.bytes // 4
         elif t.name in ("mlp_down_input", "expert_down_input"):  # megatron: linear_fc2's saved input
             prod = t.bytes
-    if spec.model_type == "opt":
+    if fam.dropout_masks_released_per_block:
         # OPTDecoderLayer's two dropout masks die at the start of their blocks' backward (traced): the one after
         # fc2 with the MLP's first release, the one after out_proj before the attention core's backward
         masks = sum(t.bytes for t in ls.terms if t.name == "dropout_masks")
@@ -383,12 +386,6 @@ def _mlp_copy_fraction(spec: ModelSpec, idx: int) -> float:
 
 
 _FUSED_QKV = ("gpt2", "gpt_neox", "falcon", "phi3", "qwen")
-#: Eager attention backward, traced (tests/trace/test_nemotron_opt_trace.py): the probabilities' gradient, its
-#: fp32 upcast and softmax's input gradient come out of ``matmul(probs, v)``'s backward, which also made v's
-#: gradient (a·dv per token, repeat_kv's expanded heads; OPT repeats nothing: a = kv); autograd runs the
-#: probabilities' branch first (higher sequence numbers), so that v gradient waits beside the s² pair, while
-#: o_proj's input gradient is already spent and q's and k's come once the s² tensors are gone.
-_EAGER_V_GRAD_ONLY = ("nemotron", "opt")
 
 
 def _torchtitan_op_sac(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:

@@ -113,6 +113,23 @@ class LayerFamily:
     lora_norm_input_cast: bool = False
     """Under LoRA the input LayerNorm's saved input is not the checkpointed 16-bit input when autocast casts it
     to fp32 or, post-LN, when the norm reads the attention's residual sum (OPT, traced)."""
+    # --- the order backward releases them in (read by memory/plan.py; traced: tests/trace/) ------------------
+    post_attention_norm_released_with_mlp: bool = False
+    """The post-attention norm's saved tensors die at its backward, before the attention's, so they count with
+    the MLP block (gpt_oss, Nemotron, OPT: traced)."""
+    attention_backward_v_grad_only: bool = False
+    """Eager attention's backward, traced (tests/trace/test_nemotron_opt_trace.py): the probabilities' gradient,
+    its fp32 upcast and softmax's input gradient come out of ``matmul(probs, v)``'s backward, which also made v's
+    gradient (a·dv per token, repeat_kv's expanded heads); autograd runs the probabilities' branch first (higher
+    sequence numbers), so that v gradient waits beside the s² pair, while o_proj's input gradient is already
+    spent and q's and k's come once the s² tensors are gone. Under SDPA the fused kernel's own backward
+    (``layers.attention.fused_attention_backward_bytes``). Nemotron, OPT."""
+    dropout_masks_released_per_block: bool = False
+    """The layer's two dropout masks die at the start of their blocks' backward: the one after fc2 with the MLP's
+    first release, the one after out_proj before the attention core's backward (OPTDecoderLayer, traced)."""
+    tied_head_grad_token_embedding_only: bool = False
+    """With a tied head, only ``embed_tokens`` gets its gradient at the head's backward; the learned positions
+    (and project_in) get theirs at their own backward, the last of the step (OPT, traced)."""
     # --- model-wide ------------------------------------------------------------------------------------------
     embedding_dropout: bool = False
     """The embedding output goes through dropout (1 B mask per element when hidden dropout > 0: GPT-2, BERT,
@@ -163,7 +180,9 @@ _GPT2_STYLE = LayerFamily(eager_softmax="compute", embedding_dropout=True)
 _FALCON = LayerFamily(fused_qkv_linear=True, eager_softmax="compute", parallel_mlp_input="shared_norm",
                       norm_keeps_layer_input="always", variant=_falcon)
 _OPT = LayerFamily(lora_norm_input_cast=True, embed_projections=True, checkpoint_holds_eager_mask=True,
-                   norm_keeps_layer_input="always", variant=_opt)
+                   norm_keeps_layer_input="always", post_attention_norm_released_with_mlp=True,
+                   attention_backward_v_grad_only=True, dropout_masks_released_per_block=True,
+                   tied_head_grad_token_embedding_only=True, variant=_opt)
 
 FAMILIES: dict[str, LayerFamily] = {
     "llama": DEFAULT_FAMILY,
@@ -188,11 +207,12 @@ FAMILIES: dict[str, LayerFamily] = {
     "falcon": _FALCON,
     "qwen": LayerFamily(fused_qkv_linear=True, sdpa_saves="rotary_qk_fused_output", sdpa_padding_mask=True),
     "nemotron": LayerFamily(layernorm_1p=True, checkpoint_holds_eager_mask=True,
-                            norm_keeps_layer_input="without_autocast"),
+                            norm_keeps_layer_input="without_autocast", post_attention_norm_released_with_mlp=True,
+                            attention_backward_v_grad_only=True),
     "opt": _OPT,
     "gpt_oss": LayerFamily(rms_normalised_fp32=True, eager_softmax="sink", rope_half_width=True,
                            checkpoint_holds_eager_mask=True, experts="gpt_oss", fp32_norm_input_held_under_lora=True,
-                           transients="gpt_oss"),
+                           transients="gpt_oss", post_attention_norm_released_with_mlp=True),
     "deepseek_v2": DEFAULT_FAMILY,
     "deepseek_v3": DEFAULT_FAMILY,
 }
