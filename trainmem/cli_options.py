@@ -106,6 +106,8 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
                                              "torchtune, PEFT autocast_adapter_dtype=False) [fp32]"),
     ("offload_activations", _B, "--offload-activations", "saved activations to pinned host memory (torchtune/TRL "
                                                          "OffloadActivations, axolotl activation_offloading)"),
+    ("target_len", _I, "--target-len", "encoder–decoder models (T5, BART): target tokens per sequence; --seq-len is "
+                                       "the source [--seq-len]"),
     ("image_tokens", _I, "--image-tokens", "vision-language models: visual tokens per sample, counted in --seq-len "
                                            "(Qwen2.5-VL: (H/14)(W/14)/4 per image; LLaVA-1.5: 576) [0]"),
     ("train_vision", _B, "--train-vision", "VLMs: train the vision tower and projector [frozen]"),

@@ -273,6 +273,9 @@ class TrainingSetup(BaseModel):
     """``--attn flex``: FlexAttention (torchtitan ``attn_type = "flex"``, HF ``attn_implementation="flex_attention"``),
     compiled: it saves what the fused SDPA kernels save, plus a causal block mask per batch (``attn`` is then
     ``sdpa``; trainmem/memory/flex_attention.py)."""
+    target_len: int | None = Field(None, ge=1)
+    """Encoder–decoder models (T5, BART ...): target (decoder) tokens per sequence; ``seq_len`` is then the source
+    (encoder) length. None: the target is ``seq_len`` tokens too (trainmem/model/derive_seq2seq.py)."""
     image_tokens: int = Field(0, ge=0)
     """Vision-language models: the visual tokens one sample feeds the language model, counted in ``seq_len`` (the
     processor expands each image placeholder in ``input_ids``). Qwen2.5-VL / Qwen2-VL: (H/14)·(W/14)/4 per image
@@ -575,6 +578,13 @@ class TrainingSetup(BaseModel):
     def tokens_per_micro_batch(self) -> int:
         return self.micro_batch * self.seq_len
 
+    def for_target(self) -> "TrainingSetup":
+        """This setup as the decoder of an encoder–decoder model sees it: ``seq_len`` = ``target_len`` (its layers,
+        LM head and loss run on the target tokens); itself when no target length is given."""
+        if self.target_len is None or self.target_len == self.seq_len:
+            return self
+        return self.model_copy(update={"seq_len": self.target_len, "target_len": None})
+
     @property
     def global_batch(self) -> int:
         """Sequences per optimizer step over the whole job."""
@@ -648,6 +658,9 @@ def validate_for_model(setup: TrainingSetup, spec: "ModelSpec") -> None:
         if why:
             raise ConfigError(why)
     a, kv = spec.num_attention_heads, spec.num_kv_heads
+    if setup.target_len is not None and not getattr(spec.derived, "decoder_layers", 0):
+        raise UnsupportedError(f"--target-len is for encoder–decoder models (T5, BART ...); {spec.name} is not one: "
+                               "give its tokens per sequence as --seq-len")
     if spec.derived is not None:  # a family described from transformers itself (trainmem/model/derive.py)
         why = spec.derived.unsupported(setup)
         if why:

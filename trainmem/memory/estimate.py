@@ -118,7 +118,7 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str],
         counts, indices = flex_block_mask_tensor_bytes(s.seq_len)
         tl.alloc("flex block mask counts", "activations", counts, count=4)
         tl.alloc("flex block mask indices", "activations", indices, count=4)
-    StepWalk(spec, s, stage, plan, engine, loss_buffers(spec, s), tl).run()
+    StepWalk(spec, s, stage, plan, engine, loss_buffers(spec, s.for_target()), tl).run()  # (the decoder's tokens)
     tl.finish()
     return tl, rp, engine.st, plan.act_per_layer
 
@@ -304,6 +304,9 @@ def _base_assumptions(spec: ModelSpec, s: TrainingSetup) -> list[str]:
         out.append(f"{spec.name}: " + spec.source)
     if spec.derived is not None:  # (trainmem/model/derive.py)
         out.append(spec.derived.note)
+    if s.target_len is not None:  # (an encoder–decoder: trainmem/model/derive_seq2seq.py)
+        out.append(f"encoder–decoder: source {s.seq_len} tokens (--seq-len) through the encoder, target {s.target_len} "
+                   "tokens (--target-len) through the decoder, its cross-attention, the LM head and the loss")
     if spec.vision is not None:  # (trainmem/model/vlm.py, memory/vision.py)
         from trainmem.memory.vision import vision_notes
         out.extend(vision_notes(spec, s))

@@ -67,6 +67,9 @@ class StepPlan:
     attn_transient: int = 0
     o_frac: float = 0.0
     gstream: int = 0
+    layer_tokens: list[int] = field(default_factory=list)
+    """Tokens of each layer where they are not ``tokens`` for all (an encoder–decoder's decoder layers run on
+    --target-len: trainmem/model/derive_seq2seq.py); empty otherwise."""
     bulk_of: dict[int, list[int]] = field(default_factory=dict)
     skip: set[int] = field(default_factory=set)
     act_per_layer: int = 0
@@ -96,6 +99,10 @@ class StepPlan:
         ratio = self.saved_eff[j] / self.saved[j]
         p_, m_, e_, _ = (int(x * ratio) for x in self.parts[j])
         return p_, m_, e_, self.saved_eff[j] - p_ - m_ - e_
+
+    def per_layer(self, j: int, n: int) -> int:
+        """A per-token transient ``n`` (sized for ``tokens``) as layer j's tokens make it."""
+        return n * self.layer_tokens[j] // self.tokens if self.layer_tokens else n
 
     def copy_pieces(self, j: int) -> tuple[int, int, int]:
         """Layer j's autocast weight copies: MLP output projection, rest of the MLP, attention."""
@@ -148,6 +155,10 @@ def build_plan(spec: ModelSpec, s: TrainingSetup, rp: RankParams, amp_copy: bool
         head_copy=head_copy, tokens=s.micro_batch * s.seq_len // s.cp, act_per_layer=saved[0] if saved else 0,
         mlp_gated=spec.mlp_gated)
     _set_transients(spec, s, plan)
+    n_enc = getattr(spec.derived, "encoder_layers", None)
+    if n_enc is not None and s.for_target() is not s:  # (encoder–decoder: the decoder on --target-len)
+        plan.layer_tokens = [s.micro_batch * (s.target_len if i >= n_enc else s.seq_len) for i in layer_ids]
+        plan.final_norm_bwd = plan.final_norm_bwd * s.target_len // s.seq_len  # (the decoder's final norm)
     if first and spec.vision is not None:  # (trainmem/memory/vision.py)
         from trainmem.memory.vision import vision_forward_transient_bytes, vision_saved_bytes, vision_trainable_params
         plan.vision_saved, plan.vision_fwd_tmp = vision_saved_bytes(spec, s), vision_forward_transient_bytes(spec, s)
@@ -203,9 +214,11 @@ def _saved_under_recompute(spec: ModelSpec, s: TrainingSetup, kinds: list[LayerS
         return [_selective(s, ls) for ls in kinds]
     if s.recompute == "full":
         # (block method: the first recompute_layers of the stage keep their checkpointed input only)
-        ckpt_input = checkpoint_input_elem_bytes(spec, s) * (s.micro_batch * s.seq_len // s.cp) * spec.hidden_size \
-            // (s.tp if s.sp else 1)
-        return [ckpt_input if s.recomputes(j) == "full" else n for j, n in enumerate(saved)]
+        n_enc = getattr(spec.derived, "encoder_layers", None)  # (encoder–decoder: decoder layers on --target-len)
+        ckpt = [checkpoint_input_elem_bytes(spec, s) * (t.micro_batch * t.seq_len // s.cp) * spec.hidden_size
+                // (s.tp if s.sp else 1) for t in (s, s.for_target())]
+        return [ckpt[n_enc is not None and i >= n_enc] if s.recomputes(j) == "full" else n
+                for j, (i, n) in enumerate(zip(layer_ids, saved))]
     return saved
 
 

@@ -128,7 +128,8 @@ class StepWalk:
         lora_tmp = lora_forward_frame_bytes(self.spec, s, idx) if s.is_lora else 0  # (in its adapted down_proj)
         rc = self.rc[j]
         full = rc == "full"
-        tl.spike(f"fwdtmp{mb}.{idx}", "activations", (max(p.fwd_tmp, lora_tmp) + p.saved[j]) if full else p.fwd_tmp)
+        fwd_tmp = p.per_layer(j, p.fwd_tmp)
+        tl.spike(f"fwdtmp{mb}.{idx}", "activations", (max(fwd_tmp, lora_tmp) + p.saved[j]) if full else fwd_tmp)
         if self.offload:
             self._offload_forward(mb, j)
         else:
@@ -187,7 +188,7 @@ class StepWalk:
         tl.mark(f"loss mb{mb}")
         tl.free_prefix(f"stash{mb}.")  # (offloaded layers: the final norm's packs push them out of the stash)
         fused = s.loss == "fused-linear"
-        tl.alloc(f"head{mb}", "activations", head_saved(self.spec, s, lm_input=not fused)
+        tl.alloc(f"head{mb}", "activations", head_saved(self.spec, s.for_target(), lm_input=not fused)
                  + head_adapter_saved_bytes(self.spec, s))  # (LoRA on lm_head: memory/lora_head.py)
         tl.alloc(f"hcopy{mb}", "activations", 0 if fused else p.head_copy)
         if fused:
@@ -304,7 +305,7 @@ class StepWalk:
 
     def layer_backward(self, mb: int, j: int) -> None:
         tl, p, eng, rc = self.tl, self.plan, self.eng, self.rc
-        idx, T = p.layer_ids[j], p.tokens
+        idx, T = p.layer_ids[j], p.per_layer(j, p.tokens)
         eng.layer_backward_start(j)
         if self.offload and rc[j] != "full":  # (its saved tensors and weight copies back from the host)
             self._keep(mb, j)
@@ -325,11 +326,11 @@ class StepWalk:
         # backward (dq, dk, dv; eager: the s² gradients), then the q/k/v projections' grads
         eng.grad(f"g{idx}o", n_o, mb)
         self._free_all(f"act{mb}.{idx}.e", f"rc{mb}.{idx}.e")
-        tl.spike(f"bwdtmp{mb}.{idx}", "temporaries", p.attn_transient)
+        tl.spike(f"bwdtmp{mb}.{idx}", "temporaries", p.per_layer(j, p.attn_transient))
         eng.grad(f"g{idx}", n_attn_rest, mb)
         self._free_all(f"act{mb}.{idx}", f"recomp{mb}.{idx}", f"wcopy{mb}.{idx}")
         # the input norm's backward, its own saved tensors still alive
-        tl.spike(f"normbwd{mb}.{idx}", "temporaries", p.norm_bwd)
+        tl.spike(f"normbwd{mb}.{idx}", "temporaries", p.per_layer(j, p.norm_bwd))
         tl.free(f"act{mb}.{idx}.n")
         if j > 0 and rc[j - 1] != "none" and (j - 1) not in p.skip and (j - 1) not in p.bulk_of:
             # non-reentrant checkpointing recomputes the layer below once autograd reaches a node of it

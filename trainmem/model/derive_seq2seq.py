@@ -17,22 +17,26 @@ their forwards run and the reverse of their backwards.
    the decoder output by ``d_model**-0.5``", configuration_t5.py ``scale_decoder_outputs``: their lm_head,
    separate under transformers 4.x, is tied to the shared embedding there, and counted so.)
 2. **What each layer saves.** A copy with 3 encoder and 3 decoder layers runs forward on fake tensors
-   under the tracer's CUDA emulations (as the deriver does), source = target length (the labels are the
-   input ids; the model shifts them right into ``decoder_input_ids``), at s = 64, 128, 192 with 1 and 2
+   under the tracer's CUDA emulations (as the deriver does), at the (source, target) lengths of :data:`PAIRS`
+   (random target-long labels; the model shifts them right into ``decoder_input_ids``) with 1 and 2
    sequences; every tensor autograd saves is recorded by storage and by the layer (and the layer's
    sub-module) that saved it. What one layer alone saves is that layer's; what several layers save
    (T5's position bias, which the first layer of a stack computes and every layer's attention keeps;
    the encoder's output, which every cross-attention's k and v projections read) is model-wide, once;
    what the encoder saves after its layers (its final norm, dropout) and the decoder before its layers
    (its embedding) is model-wide too. Layers 0 and 1 of each stack are kept apart (layer 0 computes T5's
-   relative position bias). Each part is fitted ``b·(α·s + β·s²) + γ + c·s + e·s²`` (derive.py ``_fit``).
+   relative position bias). Each part is fitted in the source length s and the target length t
+   (:class:`TwoLengthFit`): ``b·(a₁s + a₂s² + a₃t + a₄t² + a₅st) + c₀ + c₁s + … + c₅st``, exactly (rational least
+   squares through seven pairs; fake-tensor bytes are integers).
 
 The loss: both families' forwards run ``CrossEntropyLoss`` on the logits as they are (modeling_t5.py
 ``T5ForConditionalGeneration.forward`` and modeling_bart.py ``BartForConditionalGeneration.forward``,
 transformers 5.24), no fp32 upcast: ``logits_upcast=False``.
 
-Sequence lengths: the source and the target are both ``--seq-len`` tokens (the tracer's labels are its
-input ids). Refused (one line each, :meth:`Seq2SeqLayers.unsupported`): tensor / pipeline / context /
+Sequence lengths: the source is ``--seq-len`` tokens, the target ``--target-len`` (default: ``--seq-len``). The
+walk gives the decoder's layers, its final norm, the LM head and the loss the target's tokens
+(``TrainingSetup.for_target``), the per-token transients of each layer its stack's tokens (memory/plan.py
+``StepPlan.layer_tokens``); the gradient stream at the backward's start is taken at the source's length. Refused (one line each, :meth:`Seq2SeqLayers.unsupported`): tensor / pipeline / context /
 expert parallelism, Megatron, LoRA/QLoRA, selective recompute, fp8, offload, torch.compile, a loss other
 than the model's own.
 """
@@ -45,11 +49,12 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from trainmem.errors import ConfigError, UnsupportedError
 from trainmem.model import derive as _d
-from trainmem.model.derive import SEQ_LENS, DerivedLayers, SavedPart
+from trainmem.model.derive import DerivedLayers, SavedPart
 from trainmem.model.spec import LayerParams, ModelSpec, ParamCounts
 
 if TYPE_CHECKING:
@@ -57,9 +62,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Seq2SeqLayers", "seq2seq_spec", "is_seq2seq", "relative_bias_params"]
 
-SEQ2SEQ_VERSION = 2
+SEQ2SEQ_VERSION = 3
 """Bumped when the measurement changes (part of the disk-cache key)."""
 _PROBE_LAYERS = 3
+#: (source, target) lengths of the probe: the source and the target varied apart (the first three on s = t, as
+#: derive.py's SEQ_LENS), seven points for the six terms of a part's fit (:class:`TwoLengthFit`)
+PAIRS = ((64, 64), (128, 128), (192, 192), (128, 64), (64, 192), (192, 128), (96, 160))
 _SEQ2SEQ_TYPES = ("t5", "mt5", "umt5", "bart", "mbart")
 _KINDS = ("enc0", "enc", "dec0", "dec")
 #: (encoder layers, decoder layers) config keys: T5 / mT5 / UMT5; BART / mBART / Pegasus / Marian ...
@@ -96,6 +104,8 @@ class Seq2SeqLayers(DerivedLayers):
     """None: the whole model; else the layer kind this view answers for (enc0, enc, dec0, dec)."""
     recompute: bool = False
     """The view is of a run with full recompute (:meth:`parts`)."""
+    target_len: int | None = None
+    """The view's target length (``--target-len``; None: the target is the source's ``seq_len``)."""
     frozen: tuple[str, ...] = ()
     """Parameters transformers builds with ``requires_grad=False`` (Pegasus's and Marian's sinusoidal position
     tables: modeling_pegasus.py ``PegasusSinusoidalPositionalEmbedding.create_weight``, transformers 5.24)."""
@@ -110,8 +120,9 @@ class Seq2SeqLayers(DerivedLayers):
         return (f"{self.model_type}: encoder–decoder, derived from transformers ({self.architecture} on the meta "
                 f"device for exact parameters; {self.encoder_layers} encoder then {self.decoder_layers} decoder "
                 f"layers walked in that order; layers 0 and 1 of each stack of a {_PROBE_LAYERS}+{_PROBE_LAYERS}-layer "
-                f"copy traced on fake tensors at s = {', '.join(map(str, SEQ_LENS))} with 1 and 2 sequences); "
-                "source and target are both --seq-len tokens; engine paths: torch, fsdp2, deepspeed over data "
+                f"copy traced on fake tensors at (source, target) = {', '.join(f'({s}, {t})' for s, t in PAIRS)} with "
+                "1 and 2 sequences); source --seq-len tokens, target --target-len (default: --seq-len); engine paths: "
+                "torch, fsdp2, deepspeed over data "
                 "parallelism, recompute none or full (no tp/pp/cp/ep, megatron, LoRA, selective recompute, fp8, "
                 "offload, --compile or another --loss)")
 
@@ -138,9 +149,14 @@ class Seq2SeqLayers(DerivedLayers):
     def for_layer(self, layer_idx: int, setup: "TrainingSetup | None" = None) -> "Seq2SeqLayers":
         """This description as layer ``layer_idx`` of the walk sees it (its stack's parts) under ``setup``."""
         view = dataclasses.replace(self, kind=self.kind_of(layer_idx),
-                                   recompute=setup is not None and setup.recompute == "full")
+                                   recompute=setup is not None and setup.recompute == "full",
+                                   target_len=setup.target_len if setup is not None else None)
         view._stack_probes = self._stack_probes  # (one measurement for all views)
         return view
+
+    def for_target(self, setup: "TrainingSetup") -> "Seq2SeqLayers":
+        """The whole model's description under ``setup``'s target length (model-wide parts: memory/layers/model_wide.py)."""
+        return self.for_layer(0, setup)
 
     def parts(self, mode: str, attn: str, seq_len: int) -> tuple[SavedPart, ...]:
         """The layer's parts. ``recomputed:shared``: what the first layer of a stack makes that the stack's
@@ -148,13 +164,14 @@ class Seq2SeqLayers(DerivedLayers):
         layer is recomputed (a checkpointed first layer makes it a second time in its recomputation, the
         forward's copy held by the later layers' checkpoint inputs; traced)."""
         got = self._measured(mode, attn)["parts"][self.kind or "enc"]
-        return got if self.recompute else tuple(p for p in got if p.name != "recomputed:shared")
+        tgt = self.target_len or seq_len
+        return tuple(p.at(seq_len, tgt) for p in got if self.recompute or p.name != "recomputed:shared")
 
     def wide(self, mode: str, attn: str, seq_len: int) -> SavedPart:
-        return self._measured(mode, attn)["wide"]
+        return self._measured(mode, attn)["wide"].at(seq_len, self.target_len or seq_len)
 
     def input_kept(self, mode: str, attn: str, seq_len: int) -> SavedPart:
-        return self._measured(mode, attn)["input_kept"][self.kind or "enc"]
+        return self._measured(mode, attn)["input_kept"][self.kind or "enc"].at(seq_len, self.target_len or seq_len)
 
     def post_mlp_norm(self, mode: str, attn: str, seq_len: int) -> bool:
         return False
@@ -167,20 +184,86 @@ class Seq2SeqLayers(DerivedLayers):
         return got
 
 
+# --------------------------------------------------------------------------- the two-length fit
+def _terms(s: int, t: int) -> tuple[Fraction, ...]:
+    """The fit's terms at source length ``s`` and target length ``t``, in units of 64 tokens: 1, s, s², t, t², s·t."""
+    u, v = Fraction(s, 64), Fraction(t, 64)
+    return (Fraction(1), u, u * u, v, v * v, u * v)
+
+
+def _least_squares(rows: list[tuple[Fraction, ...]], ys: list[int]) -> list[Fraction]:
+    """Exact least squares (normal equations, Gauss–Jordan in rationals): fake-tensor bytes are exact integers."""
+    n = len(rows[0])
+    a = [[sum(r[i] * r[j] for r in rows) for j in range(n)] + [sum(r[i] * y for r, y in zip(rows, ys))]
+         for i in range(n)]
+    for c in range(n):
+        pivot = next((r for r in range(c, n) if a[r][c] != 0), None)
+        if pivot is None:  # pragma: no cover - PAIRS are chosen in general position
+            raise RuntimeError("derive_seq2seq: the probe's (source, target) pairs do not determine the fit")
+        a[c], a[pivot] = a[pivot], a[c]
+        a[c] = [x / a[c][c] for x in a[c]]
+        for r in range(n):
+            if r != c and a[r][c] != 0:
+                a[r] = [x - a[r][c] * y for x, y in zip(a[r], a[c])]
+    return [a[i][n] for i in range(n)]
+
+
+@dataclass(frozen=True)
+class TwoLengthFit:
+    """What one part of a layer (or the model-wide set) saves as a function of the source length s and the target
+    length t (in 64-token units): ``b·(per_seq · (s, s², t, t², s·t)) + shared · (1, s, s², t, t², s·t)``. An
+    encoder layer's terms are in s only (its activations, T5's s×s scores); a decoder layer's in t (its
+    self-attention, MLP) and s·t (the cross-attention's scores of eager attention) and s (the cross-attention's k and
+    v of the encoder's output); the model-wide set holds the encoder's output (s), T5's position biases (s², t²).
+    Fitted through :data:`PAIRS` with 1 and 2 sequences: per sequence from what the second adds (as derive.py
+    ``_fit``: no per-sequence constant), the shared terms from what is left of one sequence's bytes."""
+
+    name: str
+    component: str
+    per_seq: tuple[float, ...]
+    """Bytes per sequence: coefficients of s, s², t, t², s·t."""
+    shared: tuple[float, ...]
+    """Bytes the micro-batch's sequences share: coefficients of 1, s, s², t, t², s·t."""
+
+    @classmethod
+    def fit(cls, name: str, component: str, one: list[int], two: list[int]) -> "TwoLengthFit":
+        terms = [_terms(s, t) for s, t in PAIRS]
+        per = _least_squares([r[1:] for r in terms], [b2 - b1 for b1, b2 in zip(one, two)])
+        left = [b1 - sum(c * x for c, x in zip(per, r[1:])) for b1, r in zip(one, terms)]
+        shared = _least_squares(terms, left)
+        return cls(name, component, tuple(float(c) for c in per), tuple(float(c) for c in shared))
+
+    @classmethod
+    def load(cls, raw: Mapping[str, Any]) -> "TwoLengthFit":
+        return cls(raw["name"], raw["component"], tuple(raw["per_seq"]), tuple(raw["shared"]))
+
+    def per_seq_bytes(self, s: int, t: int) -> float:
+        return sum(c * float(x) for c, x in zip(self.per_seq, _terms(s, t)[1:]))
+
+    def shared_bytes(self, s: int, t: int) -> float:
+        return sum(c * float(x) for c, x in zip(self.shared, _terms(s, t)))
+
+    def at(self, s: int, t: int) -> SavedPart:
+        """This part at source ``s`` and target ``t`` as a SavedPart the walk reads at ``(b, s)``:
+        ``bytes_for(b, s) = shared + b·per_seq``."""
+        return SavedPart(self.name, self.component, self.per_seq_bytes(s, t) / s, 0.0,
+                         int(round(self.shared_bytes(s, t))))
+
+
 # --------------------------------------------------------------------------- cache
 def _cached(d: Seq2SeqLayers, mode: str, attn: str) -> dict[str, Any]:
     path = _d.cache_dir() / f"{d.key}-seq2seq-{mode}-{attn}.json"
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return {"parts": {k: tuple(SavedPart(**p) for p in v) for k, v in raw["parts"].items()},
-                "wide": SavedPart(**raw["wide"]),
-                "input_kept": {k: SavedPart(**v) for k, v in raw["input_kept"].items()}}
+        return {"parts": {k: tuple(TwoLengthFit.load(p) for p in v) for k, v in raw["parts"].items()},
+                "wide": TwoLengthFit.load(raw["wide"]),
+                "input_kept": {k: TwoLengthFit.load(v) for k, v in raw["input_kept"].items()}}
     except (OSError, ValueError, KeyError, TypeError):
         pass
     got = _measure(d, mode, attn)
-    _d._write_json(path, {"parts": {k: [_d._as_dict(p) for p in v] for k, v in got["parts"].items()},
-                          "wide": _d._as_dict(got["wide"]),
-                          "input_kept": {k: _d._as_dict(v) for k, v in got["input_kept"].items()}})
+    _d._write_json(path, {"parts": {k: [dataclasses.asdict(p) for p in v] for k, v in got["parts"].items()},
+                          "wide": dataclasses.asdict(got["wide"]),
+                          "input_kept": {k: dataclasses.asdict(v) for k, v in got["input_kept"].items()}})
     return got
 
 
@@ -351,7 +434,7 @@ def _core_watch(owner: _Owner) -> Any:
     return _CoreWatch()
 
 
-def _forward(torch: Any, model: Any, stacks: dict[str, Any], vocab: int, b: int, s: int, amp: Any,
+def _forward(torch: Any, model: Any, stacks: dict[str, Any], vocab: int, b: int, s: int, t: int, amp: Any,
              copies: set[int]) -> dict[str, Any]:
     """One forward: per layer kind {bucket: bytes}, the model-wide bytes, each kind's saved input itself."""
     owner = _Owner()
@@ -376,10 +459,11 @@ def _forward(torch: Any, model: Any, stacks: dict[str, Any], vocab: int, b: int,
 
     handles = _hooks(torch, model, stacks, owner)
     ids = torch.randint(0, vocab, (b, s))
+    labels = torch.randint(0, vocab, (b, t))  # (the model shifts them right into decoder_input_ids)
     try:
         with _core_watch(owner), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             with torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext():
-                out = model(input_ids=ids, labels=ids, use_cache=False)
+                out = model(input_ids=ids, labels=labels, use_cache=False)
     finally:
         for h in handles:
             h.remove()
@@ -434,7 +518,7 @@ def _measure(d: Seq2SeqLayers, mode: str, attn: str) -> dict[str, Any]:
     amp = getattr(torch, amp_name) if amp_name else None
     config = _config(transformers, d.config, d.model_type, layers=_PROBE_LAYERS)
     vocab = int(getattr(config, "vocab_size", 0) or 0) or 2
-    runs: dict[tuple[int, int], dict[str, Any]] = {}
+    runs: dict[tuple[int, int, int], dict[str, Any]] = {}
     copies: set[int] = set()
     with contextlib.ExitStack() as stack:
         stack.enter_context(FakeTensorMode())
@@ -451,9 +535,9 @@ def _measure(d: Seq2SeqLayers, mode: str, attn: str) -> dict[str, Any]:
         stack.callback(quiet.setLevel, level)
         try:
             for b in (1, 2):
-                for s in SEQ_LENS:
+                for s, t in PAIRS:
                     copies.clear()
-                    runs[(b, s)] = _forward(torch, model, stacks, vocab, b, s, amp, copies)
+                    runs[(b, s, t)] = _forward(torch, model, stacks, vocab, b, s, t, amp, copies)
                     torch.clear_autocast_cache()
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -461,19 +545,18 @@ def _measure(d: Seq2SeqLayers, mode: str, attn: str) -> dict[str, Any]:
     return _fits(runs)
 
 
-def _fits(runs: dict[tuple[int, int], dict[str, Any]]) -> dict[str, Any]:
-    def series(pick: Any) -> tuple[list[int], list[int]]:
-        return [pick(runs[(1, s)]) for s in SEQ_LENS], [pick(runs[(2, s)]) for s in SEQ_LENS]
+def _fits(runs: dict[tuple[int, int, int], dict[str, Any]]) -> dict[str, Any]:
+    def fit(name: str, comp: str, pick: Any) -> TwoLengthFit:
+        return TwoLengthFit.fit(name, comp, [pick(runs[(1, s, t)]) for s, t in PAIRS],
+                                [pick(runs[(2, s, t)]) for s, t in PAIRS])
 
-    parts: dict[str, tuple[SavedPart, ...]] = {}
-    kept: dict[str, SavedPart] = {}
+    parts: dict[str, tuple[TwoLengthFit, ...]] = {}
+    kept: dict[str, TwoLengthFit] = {}
     for kind in _KINDS:
         keys = sorted({key for r in runs.values() for key in r["parts"][kind]})
-        parts[kind] = tuple(_d._fit(name, comp, *series(lambda r, k=(name, comp): r["parts"][kind].get(k, 0)),
-                                    SEQ_LENS) for name, comp in keys)
-        kept[kind] = _d._fit("derived:input_kept", "norm", *series(lambda r: r["input_kept"][kind]), SEQ_LENS)
-    wide = _d._fit("derived:model_wide", "norm", *series(lambda r: r["wide"]), SEQ_LENS)
-    return {"parts": parts, "wide": wide, "input_kept": kept}
+        parts[kind] = tuple(fit(name, comp, lambda r, k=(name, comp): r["parts"][kind].get(k, 0)) for name, comp in keys)
+        kept[kind] = fit("derived:input_kept", "norm", lambda r: r["input_kept"][kind])
+    return {"parts": parts, "wide": fit("derived:model_wide", "norm", lambda r: r["wide"]), "input_kept": kept}
 
 
 # --------------------------------------------------------------------------- parameters

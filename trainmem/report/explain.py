@@ -57,7 +57,7 @@ def explain_lines(spec: ModelSpec, setup: TrainingSetup, est: MemoryEstimate) ->
     T = s.micro_batch * s.seq_len
     per_layer = layer_saved(spec, s, 0)
     comp = ", ".join(f"{k} {v / (T * spec.hidden_size):.1f}" for k, v in per_layer.by_component().items())
-    lb = loss_buffers(spec, s)
+    lb = loss_buffers(spec, s.for_target())
     formulas = {
         "parameters": _PARAM_RULES[s.engine],
         "master_weights": "fp32 copy 4P, ÷ dp with ZeRO ≥ 1 / Megatron distributed optimizer (÷ dp·cp)",

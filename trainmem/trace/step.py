@@ -332,7 +332,8 @@ def _micro_batches(name: str, model: nn.Module, spec: "ModelSpec", setup: "Train
     for i in range(ga):
         tracker.phase = f"forward[{i}]"
         ids = torch.randint(0, vocab, (setup.micro_batch, setup.seq_len))
-        labels = _labels(spec, ids)
+        labels = _labels(spec, ids) if setup.target_len is None else torch.randint(  # (encoder–decoder: the target)
+            0, vocab, (setup.micro_batch, setup.target_len))
         extra: dict[str, Any] = {}
         if setup.cp > 1:  # torchtitan's prepare_context_parallel_input: this rank's head-tail shards
             ids, labels, extra["position_ids"] = cp_plan.shard_batch(m.mesh, ids, labels)

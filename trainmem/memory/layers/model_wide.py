@@ -98,7 +98,8 @@ def model_wide_saved_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     residual dtype (2 tensors). (Eager attention's additive causal mask (b, 1, s, s) is added, never
     saved: it lives only during the forward.)"""
     if spec.derived is not None:  # measured: what the layers of a derived family share (trainmem/model/derive.py)
-        return spec.derived.wide(derived_mode(setup), derived_attn(setup), setup.seq_len).bytes_for(
+        d = spec.derived.for_target(setup) if hasattr(spec.derived, "for_target") else spec.derived
+        return d.wide(derived_mode(setup), derived_attn(setup), setup.seq_len).bytes_for(
             setup.micro_batch, setup.seq_len)
     s = setup.seq_len // setup.cp
     out = 0

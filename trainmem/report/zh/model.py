@@ -98,13 +98,20 @@ PATTERNS: list[tuple[str, str]] = [
      "{mt}（编码器–解码器）不支持 --compile 的建模；请不要启用"),
     ("{mt}: encoder–decoder, derived from transformers ({a} on the meta device for exact parameters; {ne:d} encoder "
      "then {nd:d} decoder layers walked in that order; layers 0 and 1 of each stack of a {p1:d}+{p2:d}-layer copy traced "
-     "on fake tensors at s = {ss} with 1 and 2 sequences); source and target are both --seq-len tokens; engine "
-     "paths: torch, fsdp2, deepspeed over data parallelism, recompute none or full (no tp/pp/cp/ep, megatron, LoRA, "
-     "selective recompute, fp8, offload, --compile or another --loss)",
+     "on fake tensors at (source, target) = {ss} with 1 and 2 sequences); source --seq-len tokens, target --target-len "
+     "(default: --seq-len); engine paths: torch, fsdp2, deepspeed over data parallelism, recompute none or full (no "
+     "tp/pp/cp/ep, megatron, LoRA, selective recompute, fp8, offload, --compile or another --loss)",
      "{mt}：编码器–解码器，从 transformers 推导（在 meta 设备上构建 {a} 得到精确参数量；先走 {ne} 个编码器层，再走 {nd} 个"
-     "解码器层；在 fake tensor 上追踪一个 {p1}+{p2} 层副本中每个栈的第 0、1 层，序列长度 s = {ss}、每批 1 和 2 条序列）；"
-     "源序列和目标序列都是 --seq-len 个 token；支持的引擎路径：torch、fsdp2、deepspeed 的数据并行，重计算 none 或 full"
+     "解码器层；在 fake tensor 上追踪一个 {p1}+{p2} 层副本中每个栈的第 0、1 层，（源长度, 目标长度）= {ss}、每批 1 和 2 条序列）；"
+     "源序列为 --seq-len 个 token，目标序列为 --target-len 个（默认等于 --seq-len）；支持的引擎路径：torch、fsdp2、deepspeed 的数据并行，重计算 none 或 full"
      "（不支持 tp/pp/cp/ep、megatron、LoRA、选择性重计算、fp8、卸载、--compile 或其他 --loss）"),
+    ("--target-len is for encoder–decoder models (T5, BART ...); {name:w} is not one: give its tokens per sequence "
+     "as --seq-len",
+     "--target-len 只用于编码器–解码器模型（T5、BART 等）；{name} 不是这类模型：请用 --seq-len 给出每条序列的 token 数"),
+    ("encoder–decoder: source {s:d} tokens (--seq-len) through the encoder, target {t:d} tokens (--target-len) "
+     "through the decoder, its cross-attention, the LM head and the loss",
+     "编码器–解码器：源序列 {s} 个 token（--seq-len）经过编码器，目标序列 {t} 个 token（--target-len）经过解码器、"
+     "其交叉注意力、LM 头和损失"),
     ("{mt}: transformers builds {names} frozen (requires_grad=False); frozen parameters are not modelled for an "
      "encoder–decoder model (they would get gradients and optimizer states)",
      "{mt}：transformers 把 {names} 构建为冻结参数（requires_grad=False）；编码器–解码器模型的冻结参数没有建模"
