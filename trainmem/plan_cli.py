@@ -12,6 +12,8 @@ from trainmem import cli_options as opt
 __all__ = ["register"]
 
 _Opt = typer.Option
+#: The vision-language setup fields plan takes as flags and from a --from file (as estimate's: cli_options.py).
+_VISION_KEYS = ("image_tokens", "train_vision", "freeze_vision", "train_projector")
 
 
 def _request(model: str, cluster: str, global_batch: int, seq_len: int, precision: str, margin: float, top: int,
@@ -60,6 +62,13 @@ def plan_cmd(
                                               "activations in pinned host memory (torchtune/TRL OffloadActivations)")] = False,
     compile_: Annotated[bool, _Opt("--compile", help="torch/fsdp2 plans: each decoder layer torch.compile'd "
                                                     "(trainmem/memory/compile.py)")] = False,
+    image_tokens: Annotated[int, _Opt("--image-tokens", help="vision-language models: visual tokens per sample, "
+                                                             "counted in --seq-len (as estimate's) [0]")] = 0,
+    train_vision: Annotated[bool, _Opt("--train-vision", help="VLMs: train the vision tower and projector [frozen]")] = False,
+    freeze_vision: Annotated[bool, _Opt("--freeze-vision", help="VLMs: vision tower and projector frozen (the "
+                                                                "default)")] = False,
+    train_projector: Annotated[bool, _Opt("--train-projector", help="VLMs: train the projector only, the tower "
+                                                                    "frozen")] = False,
     from_file: Annotated[Optional[str], _Opt("--from", help="read the model, sequence length, precision, global batch "
                                                             "and recipe (optimizer, LoRA, ...) from a training config "
                                                             "(flags given win)")] = None,
@@ -77,7 +86,7 @@ def plan_cmd(
         from trainmem.frameworks.readers import plan_inputs
         from trainmem.python_api import PLAN_EXTRA_KEYS
         model, seq_len, precision, global_batch, file_extra, file_notes = plan_inputs(
-            from_file, model, seq_len, precision, global_batch, PLAN_EXTRA_KEYS)
+            from_file, model, seq_len, precision, global_batch, PLAN_EXTRA_KEYS + _VISION_KEYS)
     if model is None:
         raise ConfigError("missing the MODEL argument (a catalog name, a config.json path or a size like 7B), "
                           "or give --from FILE")
@@ -88,7 +97,9 @@ def plan_cmd(
     extra = {"optimizer": optimizer, "attn": attn, "lora_rank": lora_rank, "qlora": qlora or None,
              "lora_targets": lora_targets, "attn_kernel": attn_kernel, "grad_reduce_16bit": grad_reduce_16bit or None,
              "fp8_params": fp8_params or None, "async_tp": async_tp or None,
-             "offload_activations": offload_activations or None, "compile": compile_ or None}
+             "offload_activations": offload_activations or None, "compile": compile_ or None,
+             "image_tokens": image_tokens or None, "train_vision": train_vision or None,
+             "freeze_vision": freeze_vision or None, "train_projector": train_projector or None}
     stack = stack or file_extra.pop("stack", None)  # --from: the file's framework unless --stack is given
     extra.update({k: v for k, v in file_extra.items() if not extra.get(k)})
     engines = _export_engines(export) if export else None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trainmem.frameworks.readers._base import Reading
 from trainmem.frameworks.readers.hf import hf_deepspeed, hf_fsdp, hf_optim
+from trainmem.frameworks.readers.llama_factory_vision import read_llama_factory_vision
 
 __all__ = ["read_llama_factory", "is_llama_factory"]
 
@@ -46,6 +47,7 @@ def read_llama_factory(r: Reading, base: Path) -> None:
         _lora(r)
     else:
         r.use("lora_rank", "lora_target")
+    read_llama_factory_vision(r, kind)  # VLMs: freeze_vision_tower, image_max_pixels ...
     n = r.int_("cutoff_len")
     if n:
         r.set("seq_len", n, "cutoff_len")
