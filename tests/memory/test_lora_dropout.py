@@ -43,8 +43,6 @@ def test_layer_0_without_input_grads_keeps_no_attention_mask() -> None:
 def test_refusals() -> None:
     with pytest.raises(ConfigError, match="needs LoRA"):
         build("llama-2-7b", lora_dropout=0.1)
-    with pytest.raises(ConfigError, match="lm_head adapter is not modelled"):
-        build("llama-2-7b", lora_rank=8, lora_targets="q_proj,lm_head", lora_dropout=0.1)
     with pytest.raises(ConfigError):
         build("llama-2-7b", lora_rank=8, lora_dropout=1.0)
 

@@ -70,7 +70,7 @@ def test_bad_paths(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="JSON"):
         resolve_model(str(tmp_path))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5", "hidden_size": 8}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "vit", "hidden_size": 8}))  # t5: derived
     with pytest.raises(UnsupportedError):
         resolve_model(str(tmp_path / "config.json"))
 
