@@ -398,9 +398,6 @@ def _mlp_copy_fraction(spec: ModelSpec, idx: int) -> float:
     return mlp / (mlp + lp.attention) if (mlp + lp.attention) else 0.0
 
 
-_FUSED_QKV = ("gpt2", "gpt_neox", "falcon", "phi3", "qwen")
-
-
 def _torchtitan_op_sac(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
     """torch/fsdp2 ``--recompute selective``: torchtitan's op-level selective checkpointing
     (torchtitan/models/llama3/infra/parallelize.py ``_apply_ac_to_transformer_block``, mode "selective",
