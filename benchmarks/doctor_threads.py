@@ -230,6 +230,13 @@ def markdown(rows: list[Judged], data: dict) -> str:
         "\n".join([_HEAD[0].format(what="split (doctor at 284953996b)"), _HEAD[1],
                    _row(_label("held_out_2"), FIRST_MEASURED["held_out_2"])]),
         "",
+        "A GPU the thread does not state (no `--gpu`, no total capacity in the error text) is not the default H100 of "
+        "a fit judgement: only an estimate above 90 % of the largest catalog GPU counts as overflowing, and otherwise "
+        "`undetermined` asks for `--gpu`. The rule came from dev thread lf-781 (1 GPU of unstated type); scored once "
+        "after it, held-out thread torchtune-2078 (2 GPUs of unstated type, 150 GiB estimated) went from "
+        "`activation_overflow`, judged against the default 80 GB GPU, to `undetermined` (held-out 7/17 → 6/17 right, "
+        "8 → 9 undetermined; dev and batch 2 unchanged).",
+        "",
         "Before the rule changes (measured the same way, with the doctor the split was frozen against):",
         "",
         baseline_table(),

@@ -50,7 +50,8 @@ INPUT_CASES = [
     ([f"--log={LOGS / 'gpu_duplicate_fp32.csv'}", "qwen2.5-0.5b", "--micro-batch", "4"], "duplicate_fp32_copy"),
     ([f"--log={LOGS / 'gpu_offload.csv'}", "llama-2-7b", f"--config={CORPUS / 'configs' / 'training_args_ds.json'}",
       "--gpus", "8"], "offload_bottleneck"),
-    (["llama-2-7b", "--gpus", "8"], "static_overflow"),
+    (["llama-2-7b", "--gpus", "8", "--gpu", "H100-SXM-80G"], "static_overflow"),
+    (["llama-2-7b", "--gpus", "8"], "undetermined"),  # 104 GiB of model states: fits an H200, not an H100; --gpu decides
     (["qwen2.5-0.5b"], "none"),
 ]
 

@@ -51,7 +51,7 @@ def test_doctor_config_is_estimate_from(capsys, name: str, model: str | None) ->
     doc = _json(capsys, "doctor", *m, "--config", path)
     assert doc["setup"] == est["setup"]
     assert doc["assumptions"] == est["assumptions"]
-    assert doc["findings"][0]["expected_bytes"] is not None
+    assert any(f["expected_bytes"] is not None for f in doc["findings"])  # undetermined first when no --gpu
     assert _json(capsys, "doctor", *m, "--from", path) == doc
 
 

@@ -62,6 +62,9 @@ class Expected:
     notes: list[str] = field(default_factory=list)
     _compare: dict | None = None
     _compares: dict = field(default_factory=dict)
+    gpu_known: bool = True
+    """The GPU was given (``--gpu``, ``--gpu-memory``, the config) or read from the evidence (the OOM message's total
+    capacity, the monitor's log, nvidia-smi); False: the estimate ran on the default GPU, which no fit judgement uses."""
 
     def compare(self) -> dict:
         if self._compare is None:
@@ -120,14 +123,15 @@ class Finding:
 
 
 def capacity_bytes(ev: Evidence, exp: Expected | None) -> int | None:
-    """The device's memory: the OOM message's, the monitor's, nvidia-smi's (largest GPU), else the estimate's."""
+    """The device's memory: the OOM message's, the monitor's, nvidia-smi's (largest GPU), else the estimate's when
+    the GPU was given (None when it was not: the estimate's default GPU is not the run's)."""
     if ev.oom is not None and ev.oom.total_bytes:
         return ev.oom.total_bytes
     if ev.log is not None and ev.log.capacity_bytes:
         return ev.log.capacity_bytes
     if ev.nvsmi is not None and ev.nvsmi.gpus:
         return max(g.total_bytes for g in ev.nvsmi.gpus)
-    return exp.estimate.gpu_memory_bytes if exp is not None else None
+    return exp.estimate.gpu_memory_bytes if exp is not None and exp.gpu_known else None
 
 
 def warmup_steps(n: int) -> int:

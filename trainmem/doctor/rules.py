@@ -111,9 +111,21 @@ def _usable(cap: int, exp: Expected | None) -> int:
     return cap - (e.device_total_bytes - e.peak_reserved_bytes if e is not None else CUDA_CONTEXT_BYTES)
 
 
+def _bound(cap: int | None, exp: Expected | None) -> int | None:
+    """The capacity a "does not fit" judgement uses: the GPU's, or with the GPU unknown (not given, not in the
+    evidence) the largest catalog GPU's: what overflows that overflows on any one GPU; "fits" is never judged then."""
+    if cap is not None or exp is None:
+        return cap
+    return _max_gpu_bytes()
+
+
+def _unknown_gpu(ev: Evidence, exp: Expected | None) -> bool:
+    return exp is not None and capacity_bytes(ev, exp) is None
+
+
 def _est_sentence(exp: Expected, cap: int | None) -> str:
     e, s = exp.estimate, exp.setup
-    on = f" on a {g(cap)} GPU" if cap else ""
+    on = f" on a {g(cap)} GPU" if cap else " on a GPU not given (--gpu)"
     return (f"estimate ({s.engine}, {s.precision}, micro-batch {s.micro_batch} × {s.seq_len} tokens, {s.gpus} GPU): "
             f"peak {g(e.peak_allocated_bytes)} in {e.peak_phase}, model states {g(e.static_bytes)}, activations "
             f"{g(e.breakdown_at_peak_bytes.get('activations', 0))} at the peak{on}")
@@ -151,7 +163,9 @@ def _fixes(exp: Expected | None, static_only: bool = False, cap: int | None = No
 
 def static_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     """Parameters + gradients + optimizer states do not fit (article: OOM right at load → ZeRO-2/3, offload)."""
-    w, cap, e = ev.where, capacity_bytes(ev, exp), (exp.estimate if exp else None)
+    if _setup_only(ev):
+        return None  # nothing observed: predicted_overflow's
+    w, cap, e = ev.where, _bound(capacity_bytes(ev, exp), exp), (exp.estimate if exp else None)
     at_load = w is not None and w.phase == "model_load" and w.checkpoint != "resume"
     at_opt = w is not None and w.phase == "optimizer_step"
     too_big = e is not None and cap is not None and e.static_bytes > _usable(cap, exp)
@@ -180,7 +194,7 @@ def static_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
         0.85 if (at_opt and opt_peak) else 0.7
     if w is not None and w.from_text and like > 0.75:
         like = 0.75  # the phase read from a code line, not from a frame
-    fixes = _fixes(exp, static_only=True, cap=cap)
+    fixes = _fixes(exp, static_only=True, cap=capacity_bytes(ev, exp) or _default_cap(exp))
     if exp is not None and not fixes:
         sentences.append(f"no sharding or offload option applies to the {exp.setup.engine} engine on "
                          f"{exp.setup.gpus} GPU (trainmem compare)")
@@ -195,7 +209,10 @@ def _max_gpu_bytes() -> int:
 
 def activation_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     """The step's dynamic memory overflows (article: OOM when the batch grows → recompute, accumulation)."""
-    w, o, cap, e = ev.where, ev.oom, capacity_bytes(ev, exp), (exp.estimate if exp else None)
+    if _setup_only(ev):
+        return None  # nothing observed: predicted_overflow's
+    known = capacity_bytes(ev, exp)
+    w, o, cap, e = ev.where, ev.oom, _bound(known, exp), (exp.estimate if exp else None)
     dyn = w is not None and w.phase in ("forward", "loss", "backward")
     shape_bug = o is not None and o.tried_bytes is not None and o.tried_bytes > (cap or _max_gpu_bytes())
     ran = ev.log is not None and not ev.log.ooms and o is None  # a log of steps that ran, no OOM: not predicted
@@ -214,26 +231,81 @@ def activation_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
                        o.tried_bytes, (), 0.97)
     static_big = e is not None and cap is not None and e.static_bytes > _usable(cap, exp)
     if e is not None:
-        sentences.append(_est_sentence(exp, cap))
-        near = _near_sentence(exp, cap) if cap is not None and pred else None
-        if near:
+        sentences.append(_est_sentence(exp, known))
+        near = _near_sentence(exp, cap) if known is not None and pred else None
+        if known is None and pred:
+            sentences.append(f"the GPU is not given (--gpu): the estimate ({g(e.device_total_bytes)} with CUDA context "
+                             f"and NCCL) is above {1 - NEAR_CAPACITY:.0%} of the largest catalog GPU's {g(cap)}: it "
+                             "overflows on any one GPU")
+        elif near:
             sentences.append(near)
         elif excess:
             sentences.append(f"PyTorch held {g(o.allocated_bytes)} allocated, {g(o.allocated_bytes - e.peak_allocated_bytes)}"
                              f" over the estimate's peak of {g(e.peak_allocated_bytes)}: the step holds more dynamic "
                              "memory than its flags describe (sequences longer than --seq-len, a larger micro-batch); "
                              "the model states do not change with the data")
+        elif known is None and (dyn or unexplained):
+            sentences.append(_unknown_gpu_sentence(exp))
         elif cap is not None and e.device_total_bytes <= cap and (dyn or unexplained):
             sentences.append(f"the estimate fits ({g(e.device_total_bytes)} with CUDA context and NCCL): the run "
                              "uses more than its flags describe (check --micro-batch, --seq-len, --recompute)")
     if unexplained and not dyn:
         sentences += _unexplained_sentences(o, cap)
-    full = o is not None and o.allocated_bytes is not None and cap is not None and o.allocated_bytes >= 0.8 * cap
+    full = o is not None and o.allocated_bytes is not None and known is not None and o.allocated_bytes >= 0.8 * known
     like = 0.9 if (dyn and pred) else 0.7 if (dyn and e is None) else 0.7 if pred else 0.6 if excess else \
         0.5 if static_big else 0.5 if (dyn or full) else 0.4
     return Finding("activation_overflow", tuple(sentences), e.peak_allocated_bytes if e else None,
-                   _needed(ev) or observed_peak(ev), _fixes(exp, cap=cap, longer_than_stated=excess, held_over_bytes=(
+                   _needed(ev) or observed_peak(ev), _fixes(exp, cap=known or _default_cap(exp),
+                                                            longer_than_stated=excess, held_over_bytes=(
                        o.allocated_bytes - e.peak_allocated_bytes if excess else 0)), like)
+
+
+def _default_cap(exp: Expected | None) -> int | None:
+    """The estimate's own GPU (the default one when none was given): what ``compare``'s ``fits`` is judged on."""
+    return exp.estimate.gpu_memory_bytes if exp is not None else None
+
+
+def _unknown_gpu_sentence(exp: Expected) -> str:
+    e = exp.estimate
+    return (f"the GPU is not given and the evidence does not show it: the estimate ({g(e.device_total_bytes)} with "
+            f"CUDA context and NCCL) is not judged against the default {exp.setup.gpu}, --gpu decides whether it fits")
+
+
+def _setup_only(ev: Evidence) -> bool:
+    """Nothing observed of a run (no OOM, no traceback, no per-step log, no snapshot): only its setup."""
+    return ev.oom is None and ev.where is None and ev.log is None and ev.snapshot is None and not ev.other_error
+
+
+def predicted_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
+    """Only the setup is given and the estimate does not fit (or is within :data:`NEAR_CAPACITY` of) the GPU: the
+    overflow is predicted, not observed. The part that overflows is read from the estimate's breakdown at its peak:
+    ``static_overflow`` when the model states do not fit or the peak is the optimizer step (states + the update's
+    temporaries), else ``activation_overflow``. Likelihood 0.65 over the GPU, 0.6 within the margin (a prediction:
+    below what an observed OOM shows); with the GPU unknown, 0.65 only when even the largest catalog GPU is too
+    small, else 0.45 (``undetermined`` then names --gpu as what decides)."""
+    if exp is None or not _setup_only(ev):
+        return None
+    e, known = exp.estimate, capacity_bytes(ev, exp)
+    cap = known if known is not None else e.gpu_memory_bytes
+    if not _over(exp, cap):
+        return None
+    static = e.static_bytes > _usable(cap, exp) or e.peak_phase == "optimizer step"
+    b = e.breakdown_at_peak_bytes
+    states = sum(b.get(k, 0) for k in ("parameters", "master_weights", "gradients", "optimizer_states"))
+    verdict = "does not fit" if e.device_total_bytes > cap else f"is within {NEAR_CAPACITY:.0%} of"
+    gpu = f"the {g(cap)} GPU" if known is not None else f"the default {exp.setup.gpu} ({g(cap)})"
+    peak = (f"at the estimate's peak ({e.peak_phase}): model states {g(states)}, activations "
+            f"{g(b.get('activations', 0))}, temporaries {g(b.get('temporaries', 0))}")
+    sentences = [f"predicted, not observed (no OOM given): the estimate ({g(e.device_total_bytes)} with CUDA context "
+                 f"and NCCL) {verdict} {gpu}",
+                 f"{peak}: the model states and the update overflow" if static else
+                 f"{peak}: the step's dynamic memory overflows"]
+    like = 0.65 if e.device_total_bytes > cap else 0.6
+    if known is None:
+        sentences.append(_unknown_gpu_sentence(exp))
+        like = 0.65 if e.device_total_bytes > _max_gpu_bytes() else 0.45
+    return Finding("static_overflow" if static else "activation_overflow", tuple(sentences),
+                   e.static_bytes if static else e.peak_allocated_bytes, None, _fixes(exp, static_only=static, cap=cap), like)
 
 
 def _unexplained_sentences(o, cap: int | None) -> list[str]:  # noqa: ANN001
@@ -790,7 +862,7 @@ def offload_bottleneck(ev: Evidence, exp: Expected | None) -> Finding | None:
 
 
 RULES: tuple[Callable[[Evidence, Expected | None], Finding | None], ...] = (
-    static_overflow, activation_overflow, leak, fragmentation, duplicate_fp32_copy, stale_checkpoint_copy,
+    static_overflow, activation_overflow, predicted_overflow, leak, fragmentation, duplicate_fp32_copy, stale_checkpoint_copy,
     eval_without_no_grad,
     rank_imbalance, dataloader_memory, other_process, offload_bottleneck, host_pinned_memory)
 
@@ -820,7 +892,9 @@ def _failed(ev: Evidence) -> bool:
 def _deciders(ev: Evidence, exp: Expected | None) -> list[str]:
     """The evidence not given that would decide, one sentence each."""
     out = []
-    if ev.where is None or ev.where.phase == "unknown":
+    if _unknown_gpu(ev, exp):
+        out.append("would decide: --gpu (or --gpu-memory), the GPU the run uses: the estimate is judged against it")
+    if not _setup_only(ev) and (ev.where is None or ev.where.phase == "unknown"):
         out.append("would decide: the whole traceback (--error), to see in which phase it was raised")
     if exp is None:
         out.append("would decide: MODEL and its setup flags (--engine, --gpus, --micro-batch, --seq-len, --recompute), "

@@ -158,7 +158,8 @@ def expected_for(model: str | None, fields: dict, ev: Evidence, notes: list[str]
             raise
         spec, setup = build(model, **{**fields, **{k: v for k, v in auto.items() if k != "gpu"}})
         est = estimate(spec, setup)
-    return Expected(spec=spec, setup=setup, estimate=est, notes=notes)
+    known = bool(cap) or "gpu" in fields or "gpu_memory" in fields
+    return Expected(spec=spec, setup=setup, estimate=est, notes=notes, gpu_known=known)
 
 
 def run_doctor(inp: DoctorInputs) -> DoctorResult:

@@ -111,6 +111,8 @@ EXACT: dict[str, str] = {
     "would decide: --snapshot, torch.cuda.memory._dump_snapshot() at the OOM (what was alive, free blocks)":
         "能判断的证据：--snapshot，OOM 时的 torch.cuda.memory._dump_snapshot()（哪些张量还活着、空闲块）",
     "would decide: --nvidia-smi, the processes on the GPU": "能判断的证据：--nvidia-smi，GPU 上有哪些进程",
+    "would decide: --gpu (or --gpu-memory), the GPU the run uses: the estimate is judged against it":
+        "能判断的证据：--gpu（或 --gpu-memory），这次运行用的 GPU：估算要和它比较",
 }
 
 PATTERNS: list[tuple[str, str]] = [
@@ -188,6 +190,31 @@ PATTERNS: list[tuple[str, str]] = [
      "activations {a} at the peak",
      "估算（{e}，{p}，micro-batch {mb} × {seq} token，{n} 张 GPU）：峰值 {pk}（{ph!t}），模型状态 {s}，峰值时激活值 "
      "{a}"),
+    ("estimate ({e:w}, {p:w}, micro-batch {mb:d} × {seq:d} tokens, {n:d} GPU): peak {pk} in {ph}, model states {s}, "
+     "activations {a} at the peak on a GPU not given (--gpu)",
+     "估算（{e}，{p}，micro-batch {mb} × {seq} token，{n} 张 GPU）：峰值 {pk}（{ph!t}），模型状态 {s}，峰值时激活值 "
+     "{a}，GPU 未给出（--gpu）"),
+    ("the GPU is not given and the evidence does not show it: the estimate ({x} with CUDA context and NCCL) is not "
+     "judged against the default {gpu:w}, --gpu decides whether it fits",
+     "没有给出 GPU，证据里也看不出是哪款：估算（含 CUDA 上下文和 NCCL 共 {x}）不拿默认的 {gpu} 来判断放不放得下；"
+     "由 --gpu 决定"),
+    ("the GPU is not given (--gpu): the estimate ({d} with CUDA context and NCCL) is above {pct:w} of the largest "
+     "catalog GPU's {c}: it overflows on any one GPU",
+     "没有给出 GPU（--gpu）：估算（含 CUDA 上下文和 NCCL 共 {d}）超过目录里最大一款 GPU 显存 {c} 的 {pct}：在任何一张 "
+     "GPU 上都放不下"),
+    ("predicted, not observed (no OOM given): the estimate ({d} with CUDA context and NCCL) does not fit the {c} GPU",
+     "是预测，不是观测（没有给出 OOM）：估算（含 CUDA 上下文和 NCCL 共 {d}）超出 {c} 的 GPU"),
+    ("predicted, not observed (no OOM given): the estimate ({d} with CUDA context and NCCL) is within {pct:w} of the "
+     "{c} GPU", "是预测，不是观测（没有给出 OOM）：估算（含 CUDA 上下文和 NCCL 共 {d}）与 {c} 的 GPU 只差不到 {pct}"),
+    ("predicted, not observed (no OOM given): the estimate ({d} with CUDA context and NCCL) does not fit the default "
+     "{gpu:w} ({c})", "是预测，不是观测（没有给出 OOM）：估算（含 CUDA 上下文和 NCCL 共 {d}）超出默认的 {gpu}（{c}）"),
+    ("predicted, not observed (no OOM given): the estimate ({d} with CUDA context and NCCL) is within {pct:w} of the "
+     "default {gpu:w} ({c})",
+     "是预测，不是观测（没有给出 OOM）：估算（含 CUDA 上下文和 NCCL 共 {d}）与默认的 {gpu}（{c}）只差不到 {pct}"),
+    ("at the estimate's peak ({ph}): model states {s}, activations {a}, temporaries {t}: the model states and the "
+     "update overflow", "估算的峰值处（{ph!t}）：模型状态 {s}，激活值 {a}，临时张量 {t}：放不下的是模型状态和更新"),
+    ("at the estimate's peak ({ph}): model states {s}, activations {a}, temporaries {t}: the step's dynamic memory "
+     "overflows", "估算的峰值处（{ph!t}）：模型状态 {s}，激活值 {a}，临时张量 {t}：放不下的是训练步的动态显存"),
     ("the estimate fits ({x} with CUDA context and NCCL): the run uses more than its flags describe (check "
      "--micro-batch, --seq-len, --recompute)",
      "估算是放得下的（含 CUDA 上下文和 NCCL 共 {x}）：实际运行比这些参数描述的用得多（检查 --micro-batch、--seq-len、"
