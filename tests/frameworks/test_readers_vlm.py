@@ -141,3 +141,19 @@ def _left(text: str) -> list[str]:
 def test_vlm_assumption_lines_are_chinese(name: str) -> None:
     left = {line: _left(line) for line in read_config(str(CONFIGS / name)).notes()}
     assert not {k: v for k, v in left.items() if v}, "\n".join(k for k, v in left.items() if v)
+
+
+@pytest.mark.parametrize("body, want", [
+    ("", {}),  # axolotl's own example: LoRA on the language model's projections (lora_target_modules)
+    ("adapter:\n", {"train_vision": True}),  # a full fine-tune: axolotl freezes nothing
+    ("adapter:\nfreeze_mm_modules: true\n", {"freeze_vision": True}),
+], ids=["example", "full", "freeze_mm_modules"])
+def test_axolotl_multimodal_keys(body: str, want: dict, tmp_path: Path) -> None:
+    text = (CONFIGS / "axolotl_qwen2_5-vl_lora-7b.yaml").read_text()
+    path = tmp_path / "axolotl.yaml"
+    path.write_text(text.replace("adapter: lora\n", "") + body if body else text)
+    got = read_config(str(path))
+    assert {k: v for k, v in got.fields.items() if k in _VLM_FIELDS} == want
+    assert "processor_type" not in got.ignored and "skip_prepare_dataset" in got.ignored
+    assert any(n.startswith("image tokens not read: the model's processor") for n in got.notes())
+    assert not {n: _left(n) for n in got.notes() if _left(n)}

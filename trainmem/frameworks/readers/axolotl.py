@@ -49,6 +49,8 @@ def read_axolotl(r: Reading, base: Path) -> None:
         r.set("compile", True, "torch_compile")
     if r.get("unfrozen_parameters"):
         raise r.refuse("unfrozen_parameters (training a subset of the weights) is not modelled")
+    from trainmem.frameworks.readers.axolotl_vision import read_axolotl_vision
+    read_axolotl_vision(r)  # multimodal: processor_type, freeze_mm_modules
     r.use("bf16", "fp16", "bfloat16", "float16", "float32", "load_in_4bit", "load_in_8bit")
 
 

@@ -37,3 +37,9 @@ PATTERNS: list[tuple[str, str]] = [
      "没有读出图像 token 数：模板 {t} 不在 trainmem 会计算图像 token 的模板之列（qwen2_vl、llava、gemma3）；"
      "请给 --image-tokens"),
 ]
+EXACT.update({
+    "no freeze_mm_modules: axolotl 0.18.0 trains every parameter of a full fine-tune":
+        "没有 freeze_mm_modules：axolotl 0.18.0 全量微调时训练所有参数",
+    "image tokens not read: the model's processor makes them (axolotl image_size resizes first); give --image-tokens":
+        "没有读出图像 token 数：它们由模型的处理器决定（axolotl 的 image_size 先缩放图像）；请给 --image-tokens",
+})
