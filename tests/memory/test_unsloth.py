@@ -13,7 +13,8 @@ from trainmem.errors import ConfigError
 from trainmem.memory import estimate
 from trainmem.memory.activations import layer_saved
 from trainmem.memory.loss import loss_buffers
-from trainmem.memory.unsloth import fused_lora_groups, unsloth_ce_buffers
+from trainmem.memory.loss import unsloth_ce_buffers
+from trainmem.memory.unsloth import fused_lora_groups
 
 H, I, A, V = 4096, 11008, 32, 32000  # Llama-2-7B
 ALL = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"

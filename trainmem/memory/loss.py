@@ -19,7 +19,7 @@ from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
 __all__ = ["LossBuffers", "loss_buffers", "liger_chunk_rows", "fused_ce_buffers", "unshifted_16bit_ce_buffers",
-           "cut_cross_entropy_buffers"]
+           "cut_cross_entropy_buffers", "unsloth_ce_buffers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,6 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     if setup.loss == "cce":
         return cut_cross_entropy_buffers(T, V)
     if setup.loss == "unsloth":
-        from trainmem.memory.unsloth import unsloth_ce_buffers
         return unsloth_ce_buffers(T, V, c)
     kept = 4 * n
     if spec.final_logit_softcapping and spec.head == "lm":
@@ -103,6 +102,19 @@ def unshifted_16bit_ce_buffers(n: int, c: int) -> LossBuffers:
     the upcast path applies.)"""
     return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=c * n,
                        backward_transient_bytes=2 * c * n, grad_logits_bytes=c * n)
+
+
+def unsloth_ce_buffers(tokens: int, vocab: int, logit_bytes: int) -> LossBuffers:
+    """``Fast_CrossEntropyLoss`` (unsloth ef70177a24 kernels/cross_entropy_loss.py) over ``tokens`` rows of
+    ``vocab`` logits of ``logit_bytes`` each: the forward allocates ``losses`` and ``logsumexp`` (fp32, one per
+    row) and saves ``(logits, logsumexp, labels)``; the labels are ``torch.hstack((labels[..., 1:],
+    extra_ignored_labels))``, a new int64 tensor (llama.py ``LlamaForCausalLM_fast_forward``); ``losses`` dies
+    after ``loss.sum()``. The backward's Triton kernel writes the gradient into ``logits`` and returns
+    ``logits``: no second b·s·V buffer — the logits' storage is the gradient the LM head's backward reads."""
+    n = tokens * vocab
+    return LossBuffers(logits_bytes=logit_bytes * n, kept_bytes=(4 + 8) * tokens, forward_transient_bytes=4 * tokens,
+                       backward_transient_bytes=0, grad_logits_bytes=logit_bytes * n, logits_saved=True,
+                       grad_in_place=True)
 
 
 def cut_cross_entropy_buffers(tokens: int, vocab: int) -> LossBuffers:

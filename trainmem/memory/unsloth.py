@@ -22,7 +22,7 @@ Read from unslothai/unsloth @ ef70177a24 (2023-12-23, "Small fixes (#48)"), the 
   attention output, which the attention kernel keeps already. ``matmul_lora`` casts A and B to X's dtype inside
   the Function's forward (no autograd: nothing else kept). Linears not patched run PEFT's ``Linear`` as before;
 - the loss is ``fast_cross_entropy_loss`` (cross_entropy_loss.py) on the 16-bit logits of ``self.lm_head``
-  (no ``.float()``): :func:`unsloth_ce_buffers`.
+  (no ``.float()``): :func:`trainmem.memory.loss.unsloth_ce_buffers`.
 
 Hand counts from that source are the evidence here; a fake-tensor trace of these autograd Functions
 reimplemented from the same source would not be independent, so none is claimed. Core module: no torch import.
@@ -30,12 +30,15 @@ reimplemented from the same source would not be independent, so none is claimed.
 
 from __future__ import annotations
 
-from trainmem.memory.layers.base import Term, compute_bytes, sdpa_math_fallback
-from trainmem.memory.loss import LossBuffers
-from trainmem.model.spec import ModelSpec
-from trainmem.setup import TrainingSetup
+from typing import TYPE_CHECKING
 
-__all__ = ["UNSLOTH_SOURCE", "UNSLOTH_MODEL_TYPES", "KERNELS_NOTE", "LOSS_NOTE", "unsloth_ce_buffers",
+from trainmem.memory.layers.base import Term, compute_bytes, sdpa_math_fallback
+from trainmem.model.spec import ModelSpec
+
+if TYPE_CHECKING:  # annotations only: trainmem.setup validates with the memory modules (no import circle)
+    from trainmem.setup import TrainingSetup
+
+__all__ = ["UNSLOTH_SOURCE", "UNSLOTH_MODEL_TYPES", "KERNELS_NOTE", "LOSS_NOTE",
            "fast_rms_norm_saved_bytes_per_token", "fused_lora_groups", "lora_mlp_saved_bytes_per_token",
            "lora_qkv_saved_bytes_per_token", "unsloth_layer_terms"]
 
@@ -53,19 +56,6 @@ LOSS_NOTE = (f"unsloth's fast_cross_entropy_loss ({UNSLOTH_SOURCE} kernels/cross
 _MLP = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 _QKV = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
 _O = ("self_attn.o_proj",)
-
-
-def unsloth_ce_buffers(tokens: int, vocab: int, logit_bytes: int) -> LossBuffers:
-    """``Fast_CrossEntropyLoss`` (unsloth ef70177a24 kernels/cross_entropy_loss.py) over ``tokens`` rows of
-    ``vocab`` logits of ``logit_bytes`` each: the forward allocates ``losses`` and ``logsumexp`` (fp32, one per
-    row) and saves ``(logits, logsumexp, labels)``; the labels are ``torch.hstack((labels[..., 1:],
-    extra_ignored_labels))``, a new int64 tensor (llama.py ``LlamaForCausalLM_fast_forward``); ``losses`` dies
-    after ``loss.sum()``. The backward's Triton kernel writes the gradient into ``logits`` and returns
-    ``logits``: no second b·s·V buffer — the logits' storage is the gradient the LM head's backward reads."""
-    n = tokens * vocab
-    return LossBuffers(logits_bytes=logit_bytes * n, kept_bytes=(4 + 8) * tokens, forward_transient_bytes=4 * tokens,
-                       backward_transient_bytes=0, grad_logits_bytes=logit_bytes * n, logits_saved=True,
-                       grad_in_place=True)
 
 
 def fast_rms_norm_saved_bytes_per_token(hidden: int, elem_bytes: int, input_held: bool) -> int:
