@@ -281,6 +281,12 @@ def _hf_config(transformers: Any, cfg: Mapping[str, Any], model_type: str, layer
                 raw[k] = v[:layers]
         key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers") if k in raw), "num_hidden_layers")
         raw[key] = layers
+    return config_for_model(transformers, model_type, raw)
+
+
+def config_for_model(transformers: Any, model_type: str, raw: dict[str, Any]) -> Any:
+    """``transformers.AutoConfig.for_model(model_type, **raw)`` without the KV cache; transformers' refusal as
+    one ConfigError line. Shared by the deriver and the vision-language builds (vlm.py)."""
     try:
         config = transformers.AutoConfig.for_model(model_type, **raw)
     except (ValueError, TypeError, KeyError) as exc:
@@ -365,17 +371,30 @@ def _layer_params(torch: Any, layer: Any) -> LayerParams:
 def _param_counts(torch: Any, model: Any, n_layers: int) -> tuple[ParamCounts, bool, Any]:
     """(counts by component, tied head, the layer list) of a meta-device model."""
     layers = _decoder_layers(torch, model, n_layers)
+    counts, tied = component_counts(torch, model, tuple(layers), _layer_params, "derive")
+    return counts, tied, layers
+
+
+def component_counts(torch: Any, model: Any, layers: tuple[Any, ...], layer_params: Any,
+                     who: str) -> tuple[ParamCounts, bool]:
+    """(counts by component, tied head) of a meta-device ``model`` whose transformer layers are ``layers``
+    (each counted by ``layer_params(torch, layer)``): the input embedding, other embeddings (learned
+    positions), norms outside the layers, an untied head and the rest, each parameter once; their sum is
+    checked against ``sum(p.numel() for p in model.parameters())``. Shared by the decoder-only and the
+    encoder–decoder (derive_seq2seq) builds."""
     emb = model.get_input_embeddings()
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is emb.weight
-    in_layers = {id(p) for p in layers.parameters()}
+    in_layers = {id(p) for layer in layers for p in layer.parameters()}
     in_emb = {id(p) for p in emb.parameters()}
     in_head = {id(p) for p in head.parameters()} if head is not None else set()
     position = final_norm = other = 0
+    seen: set[int] = set()
     for name, module in model.named_modules():
         for p in module.parameters(recurse=False):
-            if id(p) in in_layers or id(p) in in_emb or id(p) in in_head:
+            if id(p) in in_layers or id(p) in in_emb or id(p) in in_head or id(p) in seen:
                 continue
+            seen.add(id(p))
             if isinstance(module, torch.nn.Embedding):
                 position += p.numel()
             elif "norm" in type(module).__name__.lower() or "norm" in name.lower():
@@ -385,12 +404,12 @@ def _param_counts(torch: Any, model: Any, n_layers: int) -> tuple[ParamCounts, b
     lm_head = 0 if tied or head is None else sum(p.numel() for p in head.parameters() if id(p) not in in_emb)
     counts = ParamCounts(
         embedding=sum(p.numel() for p in emb.parameters()), position_embedding=position,
-        layers=tuple(_layer_params(torch, layer) for layer in layers), final_norm=final_norm, lm_head=lm_head,
+        layers=tuple(layer_params(torch, layer) for layer in layers), final_norm=final_norm, lm_head=lm_head,
         other=other)
     total = sum(p.numel() for p in model.parameters())
     if counts.total != total:  # pragma: no cover - a parameter counted twice or missed
-        raise RuntimeError(f"derive: components sum to {counts.total:,}, the model has {total:,}")
-    return counts, tied, layers
+        raise RuntimeError(f"{who}: components sum to {counts.total:,}, the model has {total:,}")
+    return counts, tied
 
 
 class _Owner:

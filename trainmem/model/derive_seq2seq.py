@@ -584,34 +584,7 @@ def _layer_params(torch: Any, layer: Any) -> LayerParams:
 
 
 def _param_counts(torch: Any, model: Any, enc_layers: Any, dec_layers: Any) -> tuple[ParamCounts, bool]:
-    emb = model.get_input_embeddings()
-    head = model.get_output_embeddings()
-    tied = head is not None and head.weight is emb.weight
-    in_layers = {id(p) for p in enc_layers.parameters()} | {id(p) for p in dec_layers.parameters()}
-    in_emb = {id(p) for p in emb.parameters()}
-    in_head = {id(p) for p in head.parameters()} if head is not None else set()
-    position = final_norm = other = 0
-    seen: set[int] = set()
-    for name, module in model.named_modules():
-        for p in module.parameters(recurse=False):
-            if id(p) in in_layers or id(p) in in_emb or id(p) in in_head or id(p) in seen:
-                continue
-            seen.add(id(p))
-            if isinstance(module, torch.nn.Embedding):
-                position += p.numel()
-            elif "norm" in type(module).__name__.lower() or "norm" in name.lower():
-                final_norm += p.numel()
-            else:
-                other += p.numel()
-    lm_head = 0 if tied or head is None else sum(p.numel() for p in head.parameters() if id(p) not in in_emb)
-    counts = ParamCounts(
-        embedding=sum(p.numel() for p in emb.parameters()), position_embedding=position,
-        layers=tuple(_layer_params(torch, layer) for layer in (*enc_layers, *dec_layers)), final_norm=final_norm,
-        lm_head=lm_head, other=other)
-    total = sum(p.numel() for p in model.parameters())
-    if counts.total != total:  # pragma: no cover - a parameter counted twice or missed
-        raise RuntimeError(f"derive_seq2seq: components sum to {counts.total:,}, the model has {total:,}")
-    return counts, tied
+    return _d.component_counts(torch, model, (*enc_layers, *dec_layers), _layer_params, "derive_seq2seq")
 
 
 def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_type: str, max_layers: int,

@@ -179,13 +179,9 @@ def _hf_config(transformers: Any, cfg: Mapping[str, Any], text_layers: int | Non
         else:
             raw["num_hidden_layers"] = text_layers
             raw.pop("layer_types", None)
-    try:
-        config = transformers.AutoConfig.for_model(model_type, **raw)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ConfigError(f"config.json (model_type {model_type!r}): transformers refuses it: "
-                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    config.use_cache = False
-    return config
+    from trainmem.model.derive import config_for_model
+
+    return config_for_model(transformers, model_type, raw)
 
 
 def _module(model: Any, path: str) -> Any:
