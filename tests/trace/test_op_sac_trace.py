@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.memory.tiny_configs import TINY  # noqa: E402
-from trainmem.memory.op_sac import block_linears, op_sac_saved_mm_width  # noqa: E402
+from tests.memory.tiny_configs import BASE, TINY  # noqa: E402
+from trainmem.memory.op_sac import block_linears, moe_block_linears, op_sac_saved_mm_width  # noqa: E402
 from trainmem.memory.plan import kept_per_layer  # noqa: E402
 from trainmem.model.hf import spec_from_hf_config  # noqa: E402
 from trainmem.setup import make_setup, validate_for_model  # noqa: E402
@@ -75,3 +75,35 @@ def test_compile_with_op_sac_accepts_biased_linears() -> None:
     for fam in ("qwen2", "gpt2"):
         spec = spec_from_hf_config(TINY[fam], name=fam)
         validate_for_model(make_setup(precision="bf16", compile=True, recompute="selective"), spec)
+
+
+_QWEN3_MOE = dict(model_type="qwen3_moe", hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+                  num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, head_dim=32, num_experts=4,
+                  num_experts_per_tok=2, **BASE)
+MOE_CASES = [("mixtral", TINY["mixtral"], "bf16"), ("mixtral", TINY["mixtral"], "amp-bf16"),
+             ("qwen2_moe", TINY["qwen2_moe"], "bf16"), ("qwen2_moe", TINY["qwen2_moe"], "amp-bf16"),
+             ("qwen3_moe", _QWEN3_MOE, "bf16")]
+
+
+@pytest.mark.parametrize("name,cfg,precision", MOE_CASES, ids=[f"{n}-{p}" for n, _, p in MOE_CASES])
+def test_eager_op_sac_moe_block_matches_the_policy(name: str, cfg: dict, precision: str) -> None:
+    """MoE layers: the router's (and Qwen2-MoE's shared expert's) aten.mm are counted, the grouped-GEMM experts
+    neither saved nor counted (memory/op_sac.py ``moe_block_linears``); every layer of these configs is MoE."""
+    spec = spec_from_hf_config(cfg, name=name)
+    assert 0 in spec.moe_layer_indices
+    setup = make_setup(seq_len=128, micro_batch=2, recompute="selective", precision=precision)
+    r = trace_op_sac_layer(spec, setup)
+    assert r.linear_ops == ["mm" if ln.mm else "addmm" for ln in moe_block_linears(spec)]
+    assert kept_per_layer(spec, setup)[0] == r.saved_bytes, r.tensors
+
+
+def test_moe_op_sac_by_hand() -> None:
+    """Tiny Mixtral (h 256, 8 heads of 32, 2 kv heads, 4 experts), bf16, 2 x 128 tokens. Per token: the input
+    2·256, q (1st mm) 2·256, v (3rd) 2·64, the flash output 2·256 and logsumexp 4·8, the router (5th) 2·4:
+    1,704 B -> 436,224 B (the experts' grouped GEMMs recomputed). Qwen2-MoE (shared expert 256, qkv biased):
+    o (1st mm) 2·256, shared up (3rd) 2·256, router (5th) 2·4, shared_expert_gate (6th) dropped; + input and
+    flash: 2·256 + 2·256 + 2·256 + 8 + 2·256 + 32 = 2,088 B -> 534,528 B."""
+    setup = make_setup(seq_len=128, micro_batch=2, recompute="selective", precision="bf16")
+    for name, per_token in (("mixtral", 1_704), ("qwen2_moe", 2_088)):
+        spec = spec_from_hf_config(TINY[name], name=name)
+        assert kept_per_layer(spec, setup)[0] == 256 * per_token, name

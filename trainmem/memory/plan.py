@@ -22,7 +22,8 @@ from trainmem.memory.layers.mlp import (plain_mlp_act_forward_extra_per_elem, pl
 from trainmem.memory.layers.model_wide import checkpoint_input_elem_bytes, model_wide_saved_bytes
 from trainmem.memory.compile import compiled_op_sac_unread_width
 from trainmem.memory.megatron_activations import megatron_layer_saved, megatron_te_layer
-from trainmem.memory.op_sac import block_linears, op_sac_saved_mm_width
+from trainmem.memory.op_sac import (block_linears, moe_block_linears, moe_fallback_offsets_bytes,
+                                     op_sac_saved_mm_width)
 from trainmem.memory.states import RankParams, layers_of_stage, lora_param_count
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
@@ -406,20 +407,26 @@ def _torchtitan_op_sac(spec: ModelSpec, s: TrainingSetup, idx: int) -> int:
     ``aten.mm`` (the counter restarts in each layer; even-numbered ones are recomputed); everything else
     is recomputed, biased linears too: they run ``aten.addmm``, which the save list does not name and the
     counter does not count (memory/op_sac.py: Qwen2's q/k/v, all four of GPT-2's Conv1D; traced,
-    tests/trace/test_op_sac_trace.py). Bytes per layer on this rank; 0 where the layer is not modelled this way
-    (MoE, MLA)."""
-    if idx in spec.moe_layer_indices or spec.kv_lora_rank is not None:
+    tests/trace/test_op_sac_trace.py). MoE layers of Mixtral / Qwen2-MoE / Qwen3-MoE: the router's and the shared
+    expert's ``aten.mm`` counted, the grouped-GEMM experts recomputed (memory/op_sac.py ``moe_block_linears``).
+    Bytes per layer on this rank; 0 where the layer is not modelled this way (MLA, other MoE blocks, and MoE
+    under --compile: the partitioner's choice for them is not traced)."""
+    if spec.kv_lora_rank is not None:
+        return 0
+    moe = idx in spec.moe_layer_indices
+    linears = moe_block_linears(spec) if moe else block_linears(spec)
+    if linears is None or (moe and s.compile):
         return 0
     c, r, tp = compute_bytes(s), residual_bytes(s), s.tp
     h, a, dv = spec.hidden_size, spec.num_attention_heads, spec.v_head_dim
-    linears = block_linears(spec)
     kept_mm = op_sac_saved_mm_width(linears, tp)
     if s.compile and linears[-1].mm:  # (compiled, the partitioner keeps only the saved outputs backward reads)
         kept_mm -= compiled_op_sac_unread_width([ln.width / (tp if ln.column else 1) for ln in linears if ln.mm])
     fused_attn = s.attn != "eager" and not sdpa_math_fallback(spec, s)
     attn_out = (c * a * dv + 4 * a) / tp if fused_attn else 0.0
     T = s.micro_batch * s.seq_len // s.cp
-    return int(T * (r * h / (tp if s.sp else 1) + c * kept_mm + attn_out))
+    offs = moe_fallback_offsets_bytes(spec.num_experts, s.precision) if moe else 0
+    return int(T * (r * h / (tp if s.sp else 1) + c * kept_mm + attn_out)) + offs
 
 
 def _selective(s: TrainingSetup, ls: LayerSaved) -> int:

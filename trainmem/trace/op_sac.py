@@ -48,6 +48,7 @@ def trace_op_sac_layer(spec: "ModelSpec", setup: "TrainingSetup") -> OpSacLayerT
     from trainmem.memory.layers.base import is_amp
     from trainmem.trace.compiled import _two_layer_model, torchtitan_op_sac_context
     from trainmem.trace.hf_eager import eager_branches
+    from trainmem.trace.moe import cuda_grouped_mm  # (MoE experts: CUDA's choice of grouped_mm or its fallback)
 
     made: dict[StorageWeakRef, tuple[str, tuple[int, ...], str, int]] = {}
     before: set[StorageWeakRef] = set()
@@ -69,7 +70,7 @@ def trace_op_sac_layer(spec: "ModelSpec", setup: "TrainingSetup") -> OpSacLayerT
             return out
 
     seen: dict[str, object] = {}
-    with FakeTensorMode(), eager_branches():
+    with FakeTensorMode(), eager_branches(), cuda_grouped_mm():
         model, layers, config = _two_layer_model(spec, setup)
         layer = layers[0]
 
