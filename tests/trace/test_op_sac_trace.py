@@ -107,3 +107,14 @@ def test_moe_op_sac_by_hand() -> None:
     for name, per_token in (("mixtral", 1_704), ("qwen2_moe", 2_088)):
         spec = spec_from_hf_config(TINY[name], name=name)
         assert kept_per_layer(spec, setup)[0] == 256 * per_token, name
+
+
+def test_moe_real_configs_by_hand_and_traced() -> None:
+    """Mixtral-8x7B (h 4096, 32 heads of 128, 8 kv heads, 8 experts), bf16, 1 x 256 tokens, per token: input
+    8,192 + q 8,192 + v 2,048 + flash 8,192 + logsumexp 128 + router 16 = 26,768 B; the traced block agrees
+    (Qwen1.5-MoE-A2.7B traced the same way)."""
+    from trainmem.api import build
+    spec, setup = build("mixtral-8x7b", precision="bf16", seq_len=256, micro_batch=1, recompute="selective")
+    assert kept_per_layer(spec, setup)[0] == 256 * 26_768 == trace_op_sac_layer(spec, setup).saved_bytes
+    spec, setup = build("qwen1.5-moe-a2.7b", precision="bf16", seq_len=256, micro_batch=1, recompute="selective")
+    assert kept_per_layer(spec, setup)[0] == trace_op_sac_layer(spec, setup).saved_bytes
