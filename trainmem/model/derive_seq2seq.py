@@ -37,8 +37,17 @@ Sequence lengths: the source is ``--seq-len`` tokens, the target ``--target-len`
 walk gives the decoder's layers, its final norm, the LM head and the loss the target's tokens
 (``TrainingSetup.for_target``), the per-token transients of each layer its stack's tokens (memory/plan.py
 ``StepPlan.layer_tokens``); the gradient stream at the backward's start is taken at the source's length. Refused (one line each, :meth:`Seq2SeqLayers.unsupported`): tensor / pipeline / context /
-expert parallelism, Megatron, LoRA/QLoRA, selective recompute, fp8, offload, torch.compile, a loss other
+expert parallelism, Megatron, QLoRA, selective recompute, fp8, offload, torch.compile, a loss other
 than the model's own.
+
+LoRA (PEFT, ``--engine torch``, no recompute: with full recompute the estimate read -4.7 % (T5) and -3.2 % (BART)
+against a full trace, not yet understood, so refused): the adaptable linears of each stack's layers are read from the meta build
+(:attr:`Seq2SeqLayers.linears`; targets as PEFT matches them, suffixes of the module names); trainmem's default
+targets mean PEFT's own for the family (:data:`PEFT_DEFAULT_TARGETS`). What the layers save is measured on the probe
+copy wrapped by ``get_peft_model`` (trace/lora.py ``inject_lora``, the tracer's own set-up: frozen 16-bit base,
+fp32 adapters, the setup's ``lora_dropout``; ``enable_input_require_grads`` under recompute), keyed by the LoRA
+setup in the cache: a frozen base saves no weight-gradient inputs, the adapters' inputs, rank activations and
+dropout masks come with the probe.
 """
 
 from __future__ import annotations
@@ -62,7 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Seq2SeqLayers", "seq2seq_spec", "is_seq2seq", "relative_bias_params"]
 
-SEQ2SEQ_VERSION = 3
+SEQ2SEQ_VERSION = 4
 """Bumped when the measurement changes (part of the disk-cache key)."""
 _PROBE_LAYERS = 3
 #: (source, target) lengths of the probe: the source and the target varied apart (the first three on s = t, as
@@ -70,6 +79,9 @@ _PROBE_LAYERS = 3
 PAIRS = ((64, 64), (128, 128), (192, 192), (128, 64), (64, 192), (192, 128), (96, 160))
 _SEQ2SEQ_TYPES = ("t5", "mt5", "umt5", "bart", "mbart")
 _KINDS = ("enc0", "enc", "dec0", "dec")
+#: PEFT 0.21.2 utils/constants.py ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`` (what ``LoraConfig``
+#: without ``target_modules`` adapts); tests/model/test_derive_seq2seq.py reads the installed file
+PEFT_DEFAULT_TARGETS = {"t5": ("q", "v"), "mt5": ("q", "v"), "bart": ("q_proj", "v_proj")}
 #: (encoder layers, decoder layers) config keys: T5 / mT5 / UMT5; BART / mBART / Pegasus / Marian ...
 _LAYER_KEYS = (("num_layers", "num_decoder_layers"), ("encoder_layers", "decoder_layers"))
 _CROSS_WORDS = ("crossattention", "encdecattention", "encoderattn")
@@ -109,7 +121,20 @@ class Seq2SeqLayers(DerivedLayers):
     frozen: tuple[str, ...] = ()
     """Parameters transformers builds with ``requires_grad=False`` (Pegasus's and Marian's sinusoidal position
     tables: modeling_pegasus.py ``PegasusSinusoidalPositionalEmbedding.create_weight``, transformers 5.24)."""
-    _stack_probes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict, repr=False)
+    linears: dict[str, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
+    """Each stack's (``encoder``, ``decoder``) nn.Linear modules of one layer: (path in the layer, in, out)."""
+    lora: tuple[Any, ...] | None = None
+    """The view's LoRA set-up (:func:`_lora_key`), None without LoRA."""
+    lora_setup: Any = field(default=None, repr=False, compare=False)
+    _stack_probes: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict, repr=False)
+
+    @property
+    def peft_default_targets(self) -> tuple[str, ...]:
+        return PEFT_DEFAULT_TARGETS.get(self.model_type, ())
+
+    def lora_linears(self, layer_idx: int) -> tuple[tuple[str, int, int], ...]:
+        """The nn.Linear modules of walk layer ``layer_idx`` (model/lora_targets.py ``layer_linears``)."""
+        return tuple(self.linears.get("encoder" if layer_idx < self.encoder_layers else "decoder", ()))
 
     @property
     def key(self) -> str:
@@ -123,11 +148,15 @@ class Seq2SeqLayers(DerivedLayers):
                 f"copy traced on fake tensors at (source, target) = {', '.join(f'({s}, {t})' for s, t in PAIRS)} with "
                 "1 and 2 sequences); source --seq-len tokens, target --target-len (default: --seq-len); engine paths: "
                 "torch, fsdp2, deepspeed over data "
-                "parallelism, recompute none or full (no tp/pp/cp/ep, megatron, LoRA, selective recompute, fp8, "
+                "parallelism, recompute none or full (no tp/pp/cp/ep, megatron, QLoRA, selective recompute, fp8, "
                 "offload, --compile or another --loss)")
 
     def unsupported(self, setup: "TrainingSetup") -> str | None:
-        why = super().unsupported(setup)
+        if setup.is_lora and (setup.qlora or setup.engine != "torch" or "lm_head" in setup.lora_targets
+                              or setup.recompute != "none"):
+            return (f"{self.model_type}: LoRA on an encoder–decoder model is modelled with --engine torch, no QLoRA, "
+                    "no lm_head target and --recompute none")
+        why = super().unsupported(setup.model_copy(update={"lora_rank": 0}) if setup.is_lora else setup)
         if why:
             return why
         if self.frozen:
@@ -150,7 +179,8 @@ class Seq2SeqLayers(DerivedLayers):
         """This description as layer ``layer_idx`` of the walk sees it (its stack's parts) under ``setup``."""
         view = dataclasses.replace(self, kind=self.kind_of(layer_idx),
                                    recompute=setup is not None and setup.recompute == "full",
-                                   target_len=setup.target_len if setup is not None else None)
+                                   target_len=setup.target_len if setup is not None else None,
+                                   lora=_lora_key(setup), lora_setup=setup if _lora_key(setup) else None)
         view._stack_probes = self._stack_probes  # (one measurement for all views)
         return view
 
@@ -177,11 +207,33 @@ class Seq2SeqLayers(DerivedLayers):
         return False
 
     def _measured(self, mode: str, attn: str) -> dict[str, Any]:
-        got = self._stack_probes.get((mode, attn))
+        got = self._stack_probes.get((mode, attn, self.lora))
         if got is None:
             got = _cached(self, mode, attn)
-            self._stack_probes[(mode, attn)] = got
+            self._stack_probes[(mode, attn, self.lora)] = got
         return got
+
+
+def _lora_key(setup: "TrainingSetup | None") -> tuple[Any, ...] | None:
+    """What of a LoRA setup shapes the probe: rank, targets, dropout, adapter and base dtypes, input grads."""
+    if setup is None or not setup.is_lora:
+        return None
+    return (setup.lora_rank, tuple(setup.lora_targets), setup.lora_dropout, setup.adapter_dtype, setup.precision,
+            setup.recompute == "full")
+
+
+def peft_targets(d: Seq2SeqLayers, targets: tuple[str, ...]) -> str | list[str]:
+    """``LoraConfig.target_modules``: ``"all-linear"`` or the layers' linear paths the targets name (PEFT's suffix
+    match); trainmem's default targets mean PEFT's for the family."""
+    from trainmem.model.lora_targets import ALL_LINEAR, _DEFAULT, _matches, normalize_targets
+
+    t = normalize_targets(targets)
+    if t == _DEFAULT and d.peft_default_targets:
+        t = d.peft_default_targets
+    if ALL_LINEAR in t:
+        return ALL_LINEAR
+    paths = {p for lins in d.linears.values() for p, _, _ in lins}
+    return sorted(p for p in paths if any(_matches(p, x) for x in t))
 
 
 # --------------------------------------------------------------------------- the two-length fit
@@ -252,7 +304,8 @@ class TwoLengthFit:
 
 # --------------------------------------------------------------------------- cache
 def _cached(d: Seq2SeqLayers, mode: str, attn: str) -> dict[str, Any]:
-    path = _d.cache_dir() / f"{d.key}-seq2seq-{mode}-{attn}.json"
+    lora = "" if d.lora is None else "-lora-" + _d._config_key({"lora": list(map(str, d.lora))})[:16]
+    path = _d.cache_dir() / f"{d.key}-seq2seq-{mode}-{attn}{lora}.json"
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         return {"parts": {k: tuple(TwoLengthFit.load(p) for p in v) for k, v in raw["parts"].items()},
@@ -516,6 +569,9 @@ def _measure(d: Seq2SeqLayers, mode: str, attn: str) -> dict[str, Any]:
 
     param_dtype, amp_name = _d._MODES[mode]
     amp = getattr(torch, amp_name) if amp_name else None
+    if d.lora_setup is not None:  # (the frozen base in 16 bits for autocast recipes too: trace/lora.py)
+        from trainmem.trace.lora import lora_base_dtype
+        param_dtype = str(lora_base_dtype(d.lora_setup)).replace("torch.", "")
     config = _config(transformers, d.config, d.model_type, layers=_PROBE_LAYERS)
     vocab = int(getattr(config, "vocab_size", 0) or 0) or 2
     runs: dict[tuple[int, int, int], dict[str, Any]] = {}
@@ -528,6 +584,9 @@ def _measure(d: Seq2SeqLayers, mode: str, attn: str) -> dict[str, Any]:
         stack.enter_context(eager_branches())
         model = _d._build(transformers, torch, config, d.architecture, dtype=getattr(torch, param_dtype), attn=attn)
         model.train()
+        if d.lora_setup is not None:
+            from trainmem.trace.lora import inject_lora
+            model = inject_lora(model, peft_targets(d, d.lora_setup.lora_targets), d.lora_setup)
         stacks = dict(zip(("encoder", "decoder"), _stack_layers(torch, model, _PROBE_LAYERS, _PROBE_LAYERS)))
         quiet = logging.getLogger("torch._subclasses.fake_tensor")
         level = quiet.level
@@ -599,6 +658,8 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
         model = _d._build(transformers, torch, config, architecture)
     enc_layers, dec_layers = _stack_layers(torch, model, n_enc, n_dec)
     counts, tied = _param_counts(torch, model, enc_layers, dec_layers)
+    linears = {name: [[n, m.in_features, m.out_features] for n, m in layers[0].named_modules()
+                      if isinstance(m, torch.nn.Linear)] for name, layers in (("encoder", enc_layers), ("decoder", dec_layers))}
     h = int(_d._first_attr(config, "d_model", "hidden_size"))
     heads = int(_d._first_attr(config, "num_heads", "encoder_attention_heads", "num_attention_heads"))
     head_dim = int(_d._first_attr(config, "d_kv", "head_dim", default=h // heads))
@@ -619,10 +680,10 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
         params={**dataclasses.asdict(counts), "layers": [dataclasses.asdict(lp) for lp in counts.layers]},
         supports_sdpa=bool(getattr(getattr(transformers, architecture), "_supports_sdpa", False)),
         encoder_layers=n_enc, decoder_layers=n_dec, activations=sorted(activations),
-        frozen=[n for n, p in model.named_parameters() if not p.requires_grad])
+        frozen=[n for n, p in model.named_parameters() if not p.requires_grad], linears=linears)
 
 
-_NOT_SPEC = ("params", "supports_sdpa", "activations", "encoder_layers", "decoder_layers", "frozen")
+_NOT_SPEC = ("params", "supports_sdpa", "activations", "encoder_layers", "decoder_layers", "frozen", "linears")
 
 
 def seq2seq_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", described: str = "",
@@ -652,6 +713,8 @@ def seq2seq_spec(cfg: Mapping[str, Any], *, name: str, source: str = "", describ
     spec_fields = {k: v for k, v in fields.items() if k not in _NOT_SPEC}
     derived = Seq2SeqLayers(config=clean, model_type=model_type, architecture=fields["architecture"],
                             supports_sdpa=fields["supports_sdpa"], encoder_layers=fields["encoder_layers"],
-                            decoder_layers=fields["decoder_layers"], frozen=tuple(fields.get("frozen", ())))
+                            decoder_layers=fields["decoder_layers"], frozen=tuple(fields.get("frozen", ())),
+                            linears={k: tuple((str(p), int(i), int(o)) for p, i, o in v)
+                                     for k, v in fields.get("linears", {}).items()})
     return ModelSpec(name=name, **spec_fields, params=ParamCounts(**params), source=source, hf_config=dict(cfg),
                      derived=derived)

@@ -106,6 +106,8 @@ def layer_linears(spec: ModelSpec, layer_idx: int) -> tuple[LoraLinear, ...]:
     mt = spec.model_type
     moe = layer_idx in spec.moe_layer_indices
     L = LoraLinear
+    if hasattr(spec.derived, "lora_linears"):  # encoder–decoder: the meta build's (model/derive_seq2seq.py)
+        return tuple(L(p, fin, fout, "derived") for p, fin, fout in spec.derived.lora_linears(layer_idx))
     if mt == "gpt2":  # GPT2Attention / GPT2MLP: Conv1D(nf=out, nx=in)
         out = [L("attn.c_attn", h, 3 * h, "attn_in"), L("attn.c_proj", h, h, "attn_out")]
         if spec.hf_config.get("add_cross_attention"):
@@ -193,9 +195,21 @@ def effective_targets(spec: ModelSpec, targets: tuple[str, ...]) -> tuple[str, .
     """Normalised targets; trainmem's default (q/k/v/o_proj) becomes the attention projections' paths on
     families that lack one of those modules."""
     t = normalize_targets(targets)
+    if t == _DEFAULT and getattr(spec.derived, "peft_default_targets", ()):  # PEFT's default (derive_seq2seq.py)
+        return tuple(spec.derived.peft_default_targets)
+    if t == _DEFAULT and hasattr(spec.derived, "lora_linears"):
+        return tuple(p for p, _, _ in spec.derived.lora_linears(0) if "attention" in p.lower() or "attn" in p.lower())
     if t == _DEFAULT and not all(any(_matches(lin.path, n) for lin in layer_linears(spec, 0)) for n in t):
         return tuple(lin.path for lin in layer_linears(spec, 0) if lin.reads in ("attn_in", "attn_out", "q_a", "kv_a"))
     return t
+
+
+def _kind(spec: ModelSpec, idx: int) -> tuple[bool, str]:
+    """Layers alike in their linears: MoE or dense, and an encoder–decoder model's stack."""
+    stack = ""
+    if hasattr(spec.derived, "lora_linears"):
+        stack = "decoder" if idx >= spec.derived.encoder_layers else "encoder"
+    return idx in spec.moe_layer_indices, stack
 
 
 def _matches(path: str, target: str) -> bool:
@@ -204,9 +218,9 @@ def _matches(path: str, target: str) -> bool:
 
 
 def _all(spec: ModelSpec) -> list[LoraLinear]:
-    kinds: dict[bool, int] = {}
+    kinds: dict[tuple[bool, str], int] = {}
     for idx in range(spec.num_layers):
-        kinds.setdefault(idx in spec.moe_layer_indices, idx)
+        kinds.setdefault(_kind(spec, idx), idx)
     seen: dict[str, LoraLinear] = {}
     for idx in kinds.values():
         for lin in layer_linears(spec, idx):
@@ -349,13 +363,13 @@ def lora_param_count_model(spec: ModelSpec, targets: tuple[str, ...], rank: int,
     """LoRA parameters (lora_A: r × in, lora_B: out × r; bias="none") over ``layers`` (all by default)
     and, with ``outside_layers``, the adapted linears outside them (the output head's r·(h + V) included)."""
     layer_range = range(spec.num_layers) if layers is None else layers
-    per_kind: dict[bool, int] = {}
+    per_kind: dict[tuple[bool, str], int] = {}
     n = 0
     for idx in layer_range:
-        moe = idx in spec.moe_layer_indices
-        if moe not in per_kind:
-            per_kind[moe] = sum(rank * (lin.fin + lin.fout) for lin in targeted_layer_linears(spec, targets, idx))
-        n += per_kind[moe]
+        kind = _kind(spec, idx)
+        if kind not in per_kind:
+            per_kind[kind] = sum(rank * (lin.fin + lin.fout) for lin in targeted_layer_linears(spec, targets, idx))
+        n += per_kind[kind]
     if outside_layers:
         n += sum(rank * (lin.fin + lin.fout) for lin in targeted_model_linears(spec, targets))
         head = targeted_head_linear(spec, targets)

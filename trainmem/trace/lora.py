@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
     from trainmem.setup import TrainingSetup
 
-__all__ = ["LORA_ALPHA", "LORA_DROPOUT", "lora_base_dtype", "adapter_torch_dtype", "apply_lora"]
+__all__ = ["LORA_ALPHA", "LORA_DROPOUT", "lora_base_dtype", "adapter_torch_dtype", "apply_lora", "inject_lora"]
 
 LORA_ALPHA = 16
 LORA_DROPOUT = 0.0
@@ -50,14 +50,18 @@ def adapter_torch_dtype(setup: "TrainingSetup") -> torch.dtype:
 
 def apply_lora(model: nn.Module, spec: "ModelSpec", setup: "TrainingSetup") -> nn.Module:
     """Inject PEFT LoRA adapters into ``model`` (in place) and return it; only adapters require grad."""
+    from trainmem.model.lora_targets import peft_target_modules
+
+    return inject_lora(model, peft_target_modules(spec, setup.lora_targets), setup)
+
+
+def inject_lora(model: nn.Module, target: str | list[str], setup: "TrainingSetup") -> nn.Module:
+    """:func:`apply_lora` on ``LoraConfig.target_modules`` given (derive_seq2seq.py probes its copy so)."""
     from peft import LoraConfig, get_peft_model
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    from trainmem.model.lora_targets import peft_target_modules
-
     if setup.recompute == "full":
         model.enable_input_require_grads()
-    target = peft_target_modules(spec, setup.lora_targets)
     config = LoraConfig(r=setup.lora_rank, lora_alpha=LORA_ALPHA, lora_dropout=setup.lora_dropout, bias="none",
                         target_modules=target)
     adapter_dtype = adapter_torch_dtype(setup)

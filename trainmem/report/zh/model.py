@@ -100,11 +100,11 @@ PATTERNS: list[tuple[str, str]] = [
      "then {nd:d} decoder layers walked in that order; layers 0 and 1 of each stack of a {p1:d}+{p2:d}-layer copy traced "
      "on fake tensors at (source, target) = {ss} with 1 and 2 sequences); source --seq-len tokens, target --target-len "
      "(default: --seq-len); engine paths: torch, fsdp2, deepspeed over data parallelism, recompute none or full (no "
-     "tp/pp/cp/ep, megatron, LoRA, selective recompute, fp8, offload, --compile or another --loss)",
+     "tp/pp/cp/ep, megatron, QLoRA, selective recompute, fp8, offload, --compile or another --loss)",
      "{mt}：编码器–解码器，从 transformers 推导（在 meta 设备上构建 {a} 得到精确参数量；先走 {ne} 个编码器层，再走 {nd} 个"
      "解码器层；在 fake tensor 上追踪一个 {p1}+{p2} 层副本中每个栈的第 0、1 层，（源长度, 目标长度）= {ss}、每批 1 和 2 条序列）；"
      "源序列为 --seq-len 个 token，目标序列为 --target-len 个（默认等于 --seq-len）；支持的引擎路径：torch、fsdp2、deepspeed 的数据并行，重计算 none 或 full"
-     "（不支持 tp/pp/cp/ep、megatron、LoRA、选择性重计算、fp8、卸载、--compile 或其他 --loss）"),
+     "（不支持 tp/pp/cp/ep、megatron、QLoRA、选择性重计算、fp8、卸载、--compile 或其他 --loss）"),
     ("--target-len is for encoder–decoder models (T5, BART ...); {name:w} is not one: give its tokens per sequence "
      "as --seq-len",
      "--target-len 只用于编码器–解码器模型（T5、BART 等）；{name} 不是这类模型：请用 --seq-len 给出每条序列的 token 数"),
@@ -116,4 +116,7 @@ PATTERNS: list[tuple[str, str]] = [
      "encoder–decoder model (they would get gradients and optimizer states)",
      "{mt}：transformers 把 {names} 构建为冻结参数（requires_grad=False）；编码器–解码器模型的冻结参数没有建模"
      "（估算会给它们梯度和优化器状态）"),
+    ("{mt}: LoRA on an encoder–decoder model is modelled with --engine torch, no QLoRA, no lm_head target and "
+     "--recompute none",
+     "{mt}：编码器–解码器模型上的 LoRA 只对 --engine torch、不用 QLoRA、不以 lm_head 为目标且 --recompute none 的情况建模"),
 ]
