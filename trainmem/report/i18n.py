@@ -104,12 +104,29 @@ def _compile(english: str) -> re.Pattern[str]:
     return re.compile("".join(parts), re.DOTALL)
 
 
+def _literals(english: str) -> tuple[str, ...]:
+    """The fixed text between ``english``'s holes, in order (a message lacking one cannot match)."""
+    return tuple(piece for piece in _HOLE.split(english)[::3] if piece)
+
+
+def _has_in_order(text: str, literals: tuple[str, ...]) -> bool:
+    """Whether ``literals`` occur in ``text`` one after another: a linear pre-check that spares the
+    regex (two lazy holes around a repeated separator backtrack quadratically on long input)."""
+    pos = 0
+    for piece in literals:
+        pos = text.find(piece, pos)
+        if pos < 0:
+            return False
+        pos += len(piece)
+    return True
+
+
 @lru_cache(maxsize=None)
-def _catalogue(lang: str) -> tuple[dict[str, str], tuple[tuple[re.Pattern[str], str], ...]]:
+def _catalogue(lang: str) -> tuple[dict[str, str], tuple[tuple[re.Pattern[str], tuple[str, ...], str], ...]]:
     if lang != "zh":
         return {}, ()
     from trainmem.report import messages_zh as m
-    patterns = tuple((_compile(en), zh) for en, zh in m.PATTERNS)
+    patterns = tuple((_compile(en), _literals(en), zh) for en, zh in m.PATTERNS)
     return dict(m.EXACT), patterns
 
 
@@ -118,7 +135,9 @@ def _lookup(text: str, lang: str) -> str | None:
     hit = exact.get(text)
     if hit is not None:
         return hit
-    for rx, template in patterns:
+    for rx, literals, template in patterns:
+        if not _has_in_order(text, literals):
+            continue
         m = rx.fullmatch(text)
         if m:
             groups = m.groupdict()
