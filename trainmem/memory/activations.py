@@ -20,8 +20,7 @@ LoRA, then tensor/sequence parallelism); the terms live by concern in :mod:`trai
 - ``layers/lora.py``: a frozen base, the adapters, LoRA's frames;
 - ``layers/model_wide.py``: embedding, head, what every layer shares, the checkpointed input;
 - ``memory/gpt_oss_frames.py``: gpt_oss's transients (built on :func:`layer_saved`).
-The names this module exported before the split are still importable from here (``from
-trainmem.memory.layers... import`` is where they live).
+Import a term from the module that defines it; this module exports :func:`layer_saved` only.
 """
 
 from __future__ import annotations
@@ -30,39 +29,21 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from trainmem.memory.layers.attention import (core_attention_terms, eager_softmax_bytes,  # noqa: F401 (re-exported)
-                                              fused_attention_backward_bytes, mla_terms, sink_softmax_bytes_per_token,
-                                              te_output_projection)
-from trainmem.memory.layers.base import (LAYER_MODELS, LayerModel, LayerSaved, Term,  # noqa: F401 (re-exported)
-                                         adapters_16bit, compute_bytes, derived_attn, derived_mode, expert_dtype_bytes,
-                                         is_amp, linear_inputs_saved, lora_input_requires_grad, opt_embed_proj_dim,
-                                         opt_final_layer_norm, opt_post_ln, residual_bytes, sdpa_math_fallback,
-                                         sliding_window_mask, te_fp8_linears, torch_cp, tp_only_fp32)
-from trainmem.memory.layers.lora import (lora_dropout_terms, lora_forward_frame_bytes,  # noqa: F401 (re-exported)
-                                         lora_head_frame_bytes, lora_recompute_frame_bytes, lora_shapes, lora_terms,
-                                         opt_proj_adapter_bytes)
-from trainmem.memory.layers.mlp import (gpt_oss_expert_bytes_per_pair, gpt_oss_router_bytes_per_token,  # noqa: F401
-                                        mlp_terms, moe_terms, plain_mlp_act_forward_extra_per_elem,
-                                        plain_mlp_act_saved_per_elem, relu2_backward_extra_per_elem)
-from trainmem.memory.layers.model_wide import (checkpoint_input_elem_bytes, embedding_saved,  # noqa: F401 (re-exported)
-                                               head_saved, model_wide_saved_bytes, recomputed_checkpoint_input_bytes)
+from trainmem.memory.layers.attention import core_attention_terms, mla_terms, te_output_projection
+from trainmem.memory.layers.base import (LAYER_MODELS, LayerSaved, Term, compute_bytes, derived_attn, derived_mode,
+                                         linear_inputs_saved, lora_input_requires_grad, sdpa_math_fallback,
+                                         te_fp8_linears)
 from trainmem.memory.layers.family import LayerFamily, layer_family
-from trainmem.memory.layers.norms import (layernorm1p, layernorm1p_weight_bytes,  # noqa: F401 (re-exported)
-                                          norm_output_shared, norm_saved_per_elem, qk_norm_saved_per_elem)
+from trainmem.memory.layers.lora import lora_terms
+from trainmem.memory.layers.mlp import mlp_terms, moe_terms
+from trainmem.memory.layers.norms import (layernorm1p_weight_bytes, norm_output_shared, norm_saved_per_elem,
+                                          qk_norm_saved_per_elem)
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
     from trainmem.setup import TrainingSetup
 
-__all__ = ["layer_saved",
-           # (moved to trainmem.memory.layers, still importable from here)
-           "Term", "LayerSaved", "LayerModel", "LAYER_MODELS", "sdpa_math_fallback", "compute_bytes", "residual_bytes",
-           "is_amp", "head_saved", "embedding_saved", "torch_cp", "plain_mlp_act_saved_per_elem",
-           "relu2_backward_extra_per_elem", "plain_mlp_act_forward_extra_per_elem", "recomputed_checkpoint_input_bytes",
-           "checkpoint_input_elem_bytes", "opt_post_ln", "opt_proj_adapter_bytes", "opt_embed_proj_dim",
-           "opt_final_layer_norm", "fused_attention_backward_bytes", "model_wide_saved_bytes", "lora_shapes",
-           "adapters_16bit", "lora_dropout_terms", "lora_input_requires_grad", "lora_recompute_frame_bytes",
-           "lora_forward_frame_bytes", "lora_head_frame_bytes", "eager_softmax_bytes"]
+__all__ = ["layer_saved"]
 
 
 def _derived_first(fn: Callable[..., LayerSaved]) -> Callable[..., LayerSaved]:

@@ -57,7 +57,7 @@ def vision_frozen_params(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def _fit(spec: ModelSpec, setup: TrainingSetup):  # noqa: ANN202 - trainmem.model.vlm.VisionFit
-    from trainmem.memory.activations import derived_attn, derived_mode
+    from trainmem.memory.layers.base import derived_attn, derived_mode
 
     return spec.vision.fit(derived_mode(setup), derived_attn(setup), vision_state(setup), setup.recompute == "full")
 
