@@ -121,3 +121,20 @@ def test_the_doc_carries_the_generated_table():
     changes)."""
     doc = (MEMORY.parents[1] / "docs" / "layers.md").read_text(encoding="utf-8")
     assert family_mod.families_markdown() in doc
+
+
+def test_which_linears_run_addmm_is_declared(monkeypatch):
+    """torchtitan's op-SAC counts and saves ``aten.mm`` only: a linear whose description says it adds its bias in
+    ``aten.addmm`` is neither (memory/op_sac.py reads ``addmm_bias``). A toy with a biased q/k/v and a config key
+    saying *no* bias on the MLP: q, k, v addmm; o mm; gate, up, down addmm unless ``toy_no_bias`` is set."""
+    from trainmem.memory.layers.family import Bias, LinearBiases
+    from trainmem.memory.op_sac import block_linears
+    no_bias = Bias(key="toy_no_bias", default=False, negate=True)
+    monkeypatch.setitem(FAMILIES, "toy_family", LayerFamily(addmm_bias=LinearBiases(
+        qkv=Bias(default=True), o=Bias(), up=no_bias, down=no_bias)))
+    assert [ln.mm for ln in block_linears(TOY)] == [False] * 3 + [True] + [False] * 3
+    flagged = dataclasses.replace(TOY, hf_config=dict(TOY.hf_config, toy_no_bias=True))
+    assert [ln.mm for ln in block_linears(flagged)] == [False] * 3 + [True] * 4
+    assert [ln.mm for ln in block_linears(LLAMA)] == [True] * 7  # (Llama: attention_bias, mlp_bias absent)
+    biased = dataclasses.replace(LLAMA, hf_config=dict(LLAMA.hf_config, attention_bias=True))
+    assert [ln.mm for ln in block_linears(biased)] == [False] * 4 + [True] * 3

@@ -13,8 +13,9 @@ bias, ``matmul`` folds the batch into ``at::mm``. transformers' Conv1D (GPT-2; `
 ``torch.addmm(self.bias, ...)``; Falcon's ``FalconLinear`` (modeling_falcon.py) computes ``input @ weight.T``
 and adds the bias after (an ``aten.mm`` with or without bias). Each block's inputs to its linears are contiguous
 (the norms' outputs, the attention output after ``transpose(1, 2).contiguous()``, the MLP products).
-The flags below are those of the transformers 5.24 modeling files (Qwen1: the hub's remote ``modeling_qwen.py``),
-traced on fake tensors (trainmem/trace/op_sac.py; tests/trace/test_op_sac_trace.py).
+Which linears carry such a bias is each family's description (``layers/family.py`` ``LayerFamily.addmm_bias``,
+from the transformers 5.24 modeling files; Qwen1: the hub's remote ``modeling_qwen.py``), traced on fake tensors
+(trainmem/trace/op_sac.py; tests/trace/test_op_sac_trace.py).
 """
 
 from __future__ import annotations
@@ -39,39 +40,11 @@ class OpSacLinear:
     """Column-parallel under TP (its output is tp-local); row-parallel outputs are full-width partial sums."""
 
 
-def _flag(spec: ModelSpec, key: str, default: bool) -> bool:
-    cfg = spec.hf_config or {}
-    value = cfg.get(key, default)
-    return default if value is None else bool(value)
-
-
 def _biases(spec: ModelSpec) -> tuple[bool, bool, bool, bool]:
-    """(q/k/v, o, MLP up-side, MLP down) carry a bias *and* run ``aten.addmm`` (see the module docstring)."""
-    mt = spec.model_type
-    if mt == "gpt2":  # Conv1D: torch.addmm for c_attn, attn.c_proj, c_fc, mlp.c_proj
-        return True, True, True, True
-    if mt == "falcon":  # FalconLinear: input @ weight.T, + bias: aten.mm whatever config.bias says
-        return False, False, False, False
-    if mt in ("qwen2",):  # Qwen2Attention: q/k/v bias=True, o_proj and the MLP without
-        return True, False, False, False
-    if mt == "qwen2_moe":  # q/k/v bias=config.qkv_bias (default True)
-        return _flag(spec, "qkv_bias", True), False, False, False
-    if mt == "qwen":  # QWenAttention.c_attn bias=True; c_proj, w1, w2, mlp.c_proj bias=not no_bias
-        other = not _flag(spec, "no_bias", True)
-        return True, other, other, other
-    if mt == "gpt_neox":  # query_key_value / dense: attention_bias (default True); the MLP always biased
-        att = _flag(spec, "attention_bias", True)
-        return att, att, True, True
-    if mt == "opt":  # q/k/v/out_proj, fc1, fc2: enable_bias (default True)
-        b = _flag(spec, "enable_bias", True)
-        return b, b, b, b
-    if mt in ("bert", "roberta"):  # nn.Linear default bias=True everywhere
-        return True, True, True, True
-    if mt in ("mistral", "mixtral", "phi3"):  # no bias keys: bias=False
-        return False, False, False, False
-    att = _flag(spec, "attention_bias", mt == "gpt_oss")  # llama, gemma*, qwen3*, nemotron, gpt_oss
-    mlp = _flag(spec, "mlp_bias", False) if mt in ("llama", "nemotron") else False
-    return att, att, mlp, mlp
+    """(q/k/v, o, MLP up-side, MLP down) carry a bias *and* run ``aten.addmm``: the family's description
+    (:attr:`~trainmem.memory.layers.family.LayerFamily.addmm_bias`, read against the spec's config)."""
+    b, cfg = layer_family(spec).addmm_bias, spec.hf_config
+    return b.qkv.of(cfg), b.o.of(cfg), b.up.of(cfg), b.down.of(cfg)
 
 
 def _attention_linears(spec: ModelSpec) -> list[OpSacLinear]:
@@ -127,7 +100,7 @@ def moe_block_linears(spec: ModelSpec) -> list[OpSacLinear] | None:
     h, n_exp = spec.hidden_size, spec.num_experts
     out = _attention_linears(spec)
     router = OpSacLinear(n_exp, True, False)
-    if spec.model_type == "qwen2_moe":
+    if layer_family(spec).shared_expert_gate:  # (Qwen2-MoE: shared expert, router, experts, its gate)
         si = spec.shared_expert_intermediate_size
         out += [OpSacLinear(si, True, True), OpSacLinear(si, True, True), OpSacLinear(h, True, False), router,
                 OpSacLinear(1, True, False)]

@@ -35,7 +35,55 @@ from typing import Any, Literal
 
 from trainmem.model.spec import ModelSpec
 
-__all__ = ["LayerFamily", "FAMILIES", "DEFAULT_FAMILY", "layer_family", "register_family", "families_markdown"]
+__all__ = ["Bias", "LinearBiases", "LayerFamily", "FAMILIES", "DEFAULT_FAMILY", "layer_family", "register_family",
+           "families_markdown"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bias:
+    """Whether a group of a layer's linears adds its bias in ``aten.addmm``: fixed, or read from a config key."""
+
+    default: bool = False
+    """The value without a key, or the key's value when the config leaves it out (or null)."""
+    key: str | None = None
+    """The config key the modeling file passes to ``bias=`` (None: the module fixes it)."""
+    negate: bool = False
+    """The key says *no* bias (Qwen1's ``no_bias``): the bias is its negation."""
+
+    def of(self, cfg: dict[str, Any] | None) -> bool:
+        """The bias for ``cfg`` (an HF config dict)."""
+        if self.key is None:
+            return self.default
+        value = (cfg or {}).get(self.key)
+        value = self.default if value is None else bool(value)
+        return not value if self.negate else value
+
+    def __repr__(self) -> str:
+        if self.key is None:
+            return repr(self.default)
+        return f"{'not ' if self.negate else ''}cfg.get({self.key!r}, {self.default!r})"
+
+
+_NO, _YES = Bias(), Bias(default=True)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LinearBiases:
+    """Which of a dense block's linears add a bias in ``aten.addmm`` (read by memory/op_sac.py: torchtitan's
+    op-SAC save list names ``aten.mm``, not ``aten.addmm``); the defaults are LlamaAttention's
+    ``bias=config.attention_bias`` and LlamaMLP's ``bias=config.mlp_bias``."""
+
+    qkv: Bias = Bias(key="attention_bias")
+    """q, k, v (or the fused qkv)."""
+    o: Bias = Bias(key="attention_bias")
+    """The attention output projection."""
+    up: Bias = Bias(key="mlp_bias")
+    """The MLP's up side: gate and up, the fused gate_up or the plain MLP's first linear."""
+    down: Bias = Bias(key="mlp_bias")
+    """The MLP's down projection."""
+
+    def __repr__(self) -> str:
+        return f"(qkv {self.qkv!r}, o {self.o!r}, up {self.up!r}, down {self.down!r})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,6 +191,11 @@ class LayerFamily:
     transients: Literal["generic", "gpt_oss"] = "generic"
     """Which traced model of the tensors beyond the saved ones applies to forward, recompute and the attention
     backward: the generic walk's, or gpt_oss's (``memory/gpt_oss_frames.py``)."""
+    # --- which op each linear runs (read by memory/op_sac.py; traced: tests/trace/test_op_sac_trace.py) ---------
+    addmm_bias: LinearBiases = LinearBiases()
+    """Which linears carry a bias added by ``aten.addmm`` (torch 2.13 ``Linear.cpp`` ``linear``: a bias and a
+    contiguous input; without one, ``aten.mm``). transformers' Conv1D (GPT-2) always calls ``torch.addmm``;
+    Falcon's ``FalconLinear`` adds its bias after ``input @ weight.T`` (an ``aten.mm``): no addmm bias."""
     variant: Callable[[dict[str, Any]], LayerFamily] | None = None
     """Where a config key changes the layer (Falcon's ``new_decoder_architecture``, OPT's
     ``do_layer_norm_before``): the description for that config."""
@@ -172,24 +225,33 @@ def _opt(cfg: dict[str, Any]) -> LayerFamily:
     return _OPT
 
 
-_QWEN3 = LayerFamily(qk_norm="cast_back", window_mask=True)
-_GEMMA = LayerFamily(rms_normalised_fp32=True)
+_NO_BIAS = LinearBiases(qkv=_NO, o=_NO, up=_NO, down=_NO)  # (Mistral, Mixtral, Phi-3: no bias keys, bias=False)
+_OPT_BIAS = Bias(key="enable_bias", default=True)  # (OPTAttention q/k/v/out_proj, fc1, fc2)
+_ATTENTION_BIAS_ON = Bias(key="attention_bias", default=True)  # (GPT-NeoX query_key_value / dense; gpt_oss q/k/v/o)
+_QWEN1_BIAS = Bias(key="no_bias", default=True, negate=True)  # (c_proj, w1, w2, mlp.c_proj: bias=not no_bias)
+_NO_MLP_BIAS = LinearBiases(up=_NO, down=_NO)  # (the MLP has no bias key: Gemma*, Qwen3*, gpt_oss, DeepSeek)
+_ALL_BIASED = LinearBiases(qkv=_YES, o=_YES, up=_YES, down=_YES)  # (GPT-2's Conv1D; nn.Linear's default in BERT)
+_QWEN3 = LayerFamily(qk_norm="cast_back", window_mask=True, addmm_bias=_NO_MLP_BIAS)
+_GEMMA = LayerFamily(rms_normalised_fp32=True, addmm_bias=_NO_MLP_BIAS)
 _GEMMA2 = replace(_GEMMA, sandwich_norms=True)
 _GEMMA3 = replace(_GEMMA2, qk_norm="fp32")
-_GPT2_STYLE = LayerFamily(eager_softmax="compute", embedding_dropout=True)
+_GPT2_STYLE = LayerFamily(eager_softmax="compute", embedding_dropout=True, addmm_bias=_ALL_BIASED)
 _FALCON = LayerFamily(fused_qkv_linear=True, eager_softmax="compute", parallel_mlp_input="shared_norm",
-                      norm_keeps_layer_input="always", variant=_falcon)
+                      norm_keeps_layer_input="always", variant=_falcon,
+                      addmm_bias=_NO_BIAS)  # (FalconLinear: input @ weight.T, + bias: aten.mm whatever config.bias)
 _OPT = LayerFamily(lora_norm_input_cast=True, embed_projections=True, checkpoint_holds_eager_mask=True,
                    norm_keeps_layer_input="always", post_attention_norm_released_with_mlp=True,
                    attention_backward_v_grad_only=True, dropout_masks_released_per_block=True,
-                   tied_head_grad_token_embedding_only=True, variant=_opt)
+                   tied_head_grad_token_embedding_only=True, variant=_opt,
+                   addmm_bias=LinearBiases(qkv=_OPT_BIAS, o=_OPT_BIAS, up=_OPT_BIAS, down=_OPT_BIAS))
 
 FAMILIES: dict[str, LayerFamily] = {
     "llama": DEFAULT_FAMILY,
-    "mistral": LayerFamily(window_mask=True),
-    "mixtral": LayerFamily(window_mask=True),
-    "qwen2": LayerFamily(window_mask=True),
-    "qwen2_moe": LayerFamily(window_mask=True, shared_expert_gate=True),
+    "mistral": LayerFamily(window_mask=True, addmm_bias=_NO_BIAS),
+    "mixtral": LayerFamily(window_mask=True, addmm_bias=_NO_BIAS),
+    "qwen2": LayerFamily(window_mask=True, addmm_bias=LinearBiases(qkv=_YES, o=_NO, up=_NO, down=_NO)),
+    "qwen2_moe": LayerFamily(window_mask=True, shared_expert_gate=True,
+                             addmm_bias=LinearBiases(qkv=Bias(key="qkv_bias", default=True), o=_NO, up=_NO, down=_NO)),
     "qwen3": _QWEN3,
     "qwen3_moe": _QWEN3,
     "gemma": _GEMMA,
@@ -197,24 +259,27 @@ FAMILIES: dict[str, LayerFamily] = {
     "gemma3_text": _GEMMA3,
     "gemma3": _GEMMA3,
     "phi3": LayerFamily(fused_qkv_linear=True, sdpa_saves="rotary_qk_fused_output", window_mask=True,
-                        fused_gate_up=True),
+                        fused_gate_up=True, addmm_bias=_NO_BIAS),
     "gpt2": replace(_GPT2_STYLE, fused_qkv_linear=True, sdpa_saves="fused_output", block_keeps_attn_output=True,
-                    norm_keeps_layer_input="always"),
+                    norm_keeps_layer_input="always"),  # (Conv1D: torch.addmm for c_attn, c_proj, c_fc, mlp.c_proj)
     "bert": _GPT2_STYLE,
     "roberta": _GPT2_STYLE,
     "gpt_neox": LayerFamily(fused_qkv_linear=True, sdpa_saves="rotary_qk_fused_output",
-                            parallel_norms_share_input=True, norm_keeps_layer_input="always"),
+                            parallel_norms_share_input=True, norm_keeps_layer_input="always",
+                            addmm_bias=LinearBiases(qkv=_ATTENTION_BIAS_ON, o=_ATTENTION_BIAS_ON, up=_YES, down=_YES)),
     "falcon": _FALCON,
-    "qwen": LayerFamily(fused_qkv_linear=True, sdpa_saves="rotary_qk_fused_output", sdpa_padding_mask=True),
+    "qwen": LayerFamily(fused_qkv_linear=True, sdpa_saves="rotary_qk_fused_output", sdpa_padding_mask=True,
+                        addmm_bias=LinearBiases(qkv=_YES, o=_QWEN1_BIAS, up=_QWEN1_BIAS, down=_QWEN1_BIAS)),
     "nemotron": LayerFamily(layernorm_1p=True, checkpoint_holds_eager_mask=True,
                             norm_keeps_layer_input="without_autocast", post_attention_norm_released_with_mlp=True,
                             attention_backward_v_grad_only=True),
     "opt": _OPT,
     "gpt_oss": LayerFamily(rms_normalised_fp32=True, eager_softmax="sink", rope_half_width=True,
                            checkpoint_holds_eager_mask=True, experts="gpt_oss", fp32_norm_input_held_under_lora=True,
-                           transients="gpt_oss", post_attention_norm_released_with_mlp=True),
-    "deepseek_v2": DEFAULT_FAMILY,
-    "deepseek_v3": DEFAULT_FAMILY,
+                           transients="gpt_oss", post_attention_norm_released_with_mlp=True,
+                           addmm_bias=LinearBiases(qkv=_ATTENTION_BIAS_ON, o=_ATTENTION_BIAS_ON, up=_NO, down=_NO)),
+    "deepseek_v2": LayerFamily(addmm_bias=_NO_MLP_BIAS),
+    "deepseek_v3": LayerFamily(addmm_bias=_NO_MLP_BIAS),
 }
 """model_type -> its layer. DeepSeek's latent attention is read from the spec's MLA ranks."""
 
