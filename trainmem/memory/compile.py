@@ -61,6 +61,7 @@ from dataclasses import replace
 
 from trainmem.memory.activations import layer_saved
 from trainmem.memory.layers.base import LAYER_MODELS, LayerModel, LayerSaved, Term, compute_bytes, is_amp, residual_bytes
+from trainmem.memory.layers.family import layer_family
 from trainmem.model.spec import ModelSpec
 
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
@@ -117,7 +118,7 @@ def compiled_layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) 
     add("layer_input", "norm", r * h)  # the block's input: the first norm's recompute starts from it
     add("input_norm", "norm", rows)
     add("qkv_input", "attention", lin * h)
-    if spec.model_type == "qwen3":  # q_norm/k_norm: q_proj's and k_proj's outputs and their rsqrt rows
+    if layer_family(spec).qk_norm != "none":  # q_norm/k_norm (Qwen3): q_proj's and k_proj's outputs, their rsqrt rows
         add("qk_norm", "attention", (c * spec.head_dim + 4.0) * (a + spec.num_kv_heads))
     terms += [t for t in eager.terms if t.name in _KERNEL_TERMS]
     add("o_output", "attention", c * h)  # o_proj's output: the residual sum under the second norm is recomputed

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainmem.memory.layers.family import layer_family
 from trainmem.model.spec import ModelSpec, attention_layer_types
 
 __all__ = ["sliding_layer_share", "attention_keys_model", "Linear", "attention_linears", "mlp_linears", "moe_linears", "layer_linears", "head_linear",
            "matmul_params_per_token", "attention_keys_per_query", "attention_forward_flops_per_token",
            "model_flops_per_token", "narayanan_flops_per_iteration", "linear_flops"]
 
-_FUSED_QKV = ("gpt2", "gpt_neox", "falcon", "phi3", "bloom", "qwen")
+_FUSED_QKV_UNDESCRIBED = ("bloom",)
+"""Fused-qkv families with no layer description (measured from transformers: model/derive.py): BloomAttention's
+``query_key_value``. The described ones say so in ``memory/layers/family.py`` (``fused_qkv_linear``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,7 @@ def attention_linears(spec: ModelSpec, fused: bool) -> tuple[Linear, ...]:
             Linear("q_a_proj", h, spec.q_lora_rank, "rep", "attn"), Linear("q_b_proj", spec.q_lora_rank, a * d, "col", "attn"))
         return (*q, Linear("kv_a_proj_with_mqa", h, spec.kv_lora_rank + rope, "rep", "attn"),
                 Linear("kv_b_proj", spec.kv_lora_rank, a * (nope + dv), "col", "attn"), o)
-    if fused or spec.model_type in _FUSED_QKV:
+    if fused or layer_family(spec).fused_qkv_linear or spec.model_type in _FUSED_QKV_UNDESCRIBED:
         return (Linear("qkv", h, a * d + kv * d + kv * dv, "col", "attn"), o)
     return (Linear("q_proj", h, a * d, "col", "attn"), Linear("k_proj", h, kv * d, "col", "attn"),
             Linear("v_proj", h, kv * dv, "col", "attn"), o)
@@ -83,7 +86,7 @@ def mlp_linears(spec: ModelSpec, width: int, group: str, fused: bool) -> tuple[L
     down = Linear("down_proj", width, h, "row", group)
     if not spec.mlp_gated:
         return (Linear("up_proj", h, width, "col", group), down)
-    if fused or spec.model_type == "phi3":
+    if fused or layer_family(spec).fused_gate_up:
         return (Linear("gate_up_proj", h, 2 * width, "col", group), down)
     return (Linear("gate_proj", h, width, "col", group), Linear("up_proj", h, width, "col", group), down)
 
