@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DerivedLayers", "SavedPart", "derive_spec", "probe_lengths", "DERIVE_VERSION", "SEQ_LENS", "cache_dir"]
 
-DERIVE_VERSION = 7
+DERIVE_VERSION = 8
 """Bumped when the measurement changes (part of the disk-cache key)."""
 SEQ_LENS = (64, 128, 192)
 """The sequence lengths of the fit (s₁, s₂, s₃), each with micro-batches of 1 and 2 sequences."""
@@ -78,6 +78,11 @@ MOE_NOTE = ("mixture-of-experts layers run transformers' grouped_mm experts (int
             "grouped_mm_experts_forward, transformers 5.24: the tokens·top_k (token, expert) rows sorted by expert, one "
             "grouped GEMM per projection): what they save depends on tokens·top_k only, so any routing, balanced or "
             "skewed, saves the same bytes; the step time counts every expert's FLOPs (not the top_k routed ones)")
+LLAMA4_MOE_NOTE = ("Llama 4's mixture-of-experts layers (Llama4TextMoe, transformers 5.24 modeling_llama4.py) run every "
+                   "expert on every token: the router's sigmoid top-k scores (0 for the others) scale num_local_experts "
+                   "copies of the tokens, batched through torch.bmm; what they save grows with tokens·num_local_experts, "
+                   "not tokens·top_k, and is measured so")
+"""(not grouped_mm: :data:`MOE_NOTE` does not hold for llama4_text)"""
 MAMBA_NOTE = ("Mamba-2 mixers saved as mamba_ssm 2.3.2's fused CUDA kernel saves them (MambaSplitConv1dScanCombinedFn: "
               "the in_proj output, the scan output and the norm's rstd per token; the scan states are recomputed in "
               "backward), not as the CPU torch path does (trainmem/trace/mamba.py)")
@@ -161,7 +166,8 @@ class DerivedLayers:
                 "in s, per sequence and shared); engine paths: "
                 "torch, fsdp2, deepspeed over data parallelism, recompute none or full (no tp/pp/cp/ep, megatron, "
                 "LoRA, selective recompute, fp8 or offload until the family is described)"
-                + (f"; {MOE_NOTE}" if self.moe else "") + (f"; {MAMBA_NOTE}" if self.mamba else ""))
+                + (f"; {LLAMA4_MOE_NOTE if self.model_type == 'llama4_text' else MOE_NOTE}" if self.moe else "")
+                + (f"; {MAMBA_NOTE}" if self.mamba else ""))
 
     def unsupported(self, setup: "TrainingSetup") -> str | None:
         """Why ``setup`` cannot be estimated for this derived model (one line), or None."""
@@ -276,8 +282,10 @@ def _hf_config(transformers: Any, cfg: Mapping[str, Any], model_type: str, layer
     if layers is not None:
         n = next((raw[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(raw.get(k), int)),
                  None)
-        for k, v in list(raw.items()):
-            if isinstance(v, (list, str)) and n is not None and len(v) == n and n > 1:  # (Nemotron-H's pattern string)
+        for k, v in list(raw.items()):  # per-layer lists, and Nemotron-H's hybrid_override_pattern string (not any
+            # string as long as the model is deep: hidden_act "silu" of a 4-layer model stays "silu")
+            if (isinstance(v, list) or isinstance(v, str) and k.endswith("pattern")) and n is not None \
+                    and len(v) == n and n > 1:
                 raw[k] = v[:layers]
         key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers") if k in raw), "num_hidden_layers")
         raw[key] = layers
@@ -335,10 +343,16 @@ def _decoder_layers(torch: Any, model: Any, n: int) -> Any:
 
 def _component(name: str, module: Any) -> str:
     """A layer child's component by its name: norms first (``post_attention_layernorm`` is a norm), then
-    attention, then the MLP; anything else counts with the norms."""
+    attention, then the MLP; anything else counts with the norms. A child named ``mixer`` whose class is an MLP
+    or MoE (``module`` given: Nemotron-H's ``NemotronHBlock.mixer`` is ``MIXER_TYPES[block_type]``, the Mamba-2
+    mixer, attention, ``NemotronHMLP`` or ``NemotronHMoE``, modeling_nemotron_h.py @ transformers 5.24) is
+    the MLP."""
     low = name.lower()
     if "norm" in low or low.startswith("ln") or low.endswith("_ln"):
         return "norm"
+    if module is not None and "mixer" in low and not any(w in low for w in ("attn", "attention", "mamba")) \
+            and any(w in type(module).__name__.lower() for w in _MLP_WORDS):
+        return "mlp"  # (a slot named for any kind: Nemotron-H's block.mixer is NemotronHMLP / NemotronHMoE there)
     if any(w in low for w in _ATTENTION_WORDS):
         return "attention"
     if any(w in low for w in _MLP_WORDS):
@@ -419,6 +433,8 @@ class _Owner:
     def __init__(self) -> None:
         self.layer: int | None = None
         self.child: str | None = None
+        self.comp = "norm"
+        """The running child's component (:func:`_component` with its module: a slot's class decides)."""
         self.down = False
         self.after_core = False
         self.order: dict[str, int] = {}
@@ -428,8 +444,8 @@ class _Owner:
     def enter_layer(self, i: int) -> None:
         self.layer, self.child, self.down, self.after_core = i, None, False, False
 
-    def enter_child(self, name: str) -> None:
-        self.child, self.down, self.after_core = name, False, False
+    def enter_child(self, name: str, comp: str) -> None:
+        self.child, self.comp, self.down, self.after_core = name, comp, False, False
         self.order.setdefault(name, len(self.order))
 
     def leave(self) -> None:
@@ -447,7 +463,7 @@ def _core_watch(torch: Any, owner: _Owner) -> Any:
         def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
             out = func(*args, **(kwargs or {}))
             if getattr(func, "__name__", "") in ("softmax", "scaled_dot_product_attention") and owner.child \
-                    and _component(owner.child, None) == "attention":
+                    and owner.comp == "attention":
                 owner.after_core = True
             return out
 
@@ -468,7 +484,8 @@ def _hook_layers(torch: Any, layers: Any, owner: _Owner) -> list[Any]:
                                                        with_kwargs=True))
         handles.append(layer.register_forward_hook(lambda *_: owner.leave_layer()))
         for name, child in layer.named_children():
-            handles.append(child.register_forward_pre_hook(lambda *_, n=name: owner.enter_child(n)))
+            handles.append(child.register_forward_pre_hook(
+                lambda *_, n=name, c=_component(name, child): owner.enter_child(n, c)))
             handles.append(child.register_forward_hook(lambda *_: owner.leave()))
             if _component(name, child) == "mlp" and not _has_experts(child):
                 linears = [m for m in child.modules() if _is_matmul(torch, m)]
@@ -484,7 +501,7 @@ def _has_experts(module: Any) -> bool:
     return any("expert" in n.lower() or "expert" in type(m).__name__.lower() for n, m in module.named_modules())
 
 
-def _part_name(owner: _Owner, child: str | None, down: bool, after_core: bool) -> str:
+def _part_name(owner: _Owner, child: str | None, down: bool, after_core: bool, comp: str) -> str:
     """The walk's bucket for a saved tensor (memory/plan.py ``_layer_parts``), by when backward releases it:
     ``mlp_down_input`` first (the MLP's output projection's input, and norms that run after the MLP),
     ``derived:mlp`` with the MLP (and norms between attention and MLP), ``o_input`` before the attention core's
@@ -492,7 +509,6 @@ def _part_name(owner: _Owner, child: str | None, down: bool, after_core: bool) -
     attention, ``input_norm`` (norms before attention) last."""
     if child is None:
         return "derived:layer"
-    comp = _component(child, None)
     if comp == "mlp":
         return "mlp_down_input" if down else "derived:mlp"
     if comp == "attention":
@@ -516,7 +532,7 @@ def _probe_forward(torch: Any, model: Any, layers: Any, vocab: int, b: int, s: i
     """One forward of the probe model: {part name: bytes the middle layer saves}, model-wide bytes, the
     bytes of its saved tensors that are its input itself, and whether a norm ran after the MLP."""
     owner = _Owner()
-    per_layer: list[dict[int, tuple[str | None, bool, bool, int]]] = [{} for _ in layers]
+    per_layer: list[dict[int, tuple[str | None, bool, bool, str, int]]] = [{} for _ in layers]
     handles = _hook_layers(torch, layers, owner)
     params = {id(p.untyped_storage()) for p in model.parameters()}
     kept: list[Any] = []
@@ -528,7 +544,7 @@ def _probe_forward(torch: Any, model: Any, layers: Any, vocab: int, b: int, s: i
             st = t.untyped_storage()
             sid = id(st)
             if sid not in params and sid not in copies and sid not in per_layer[i]:
-                per_layer[i][sid] = (owner.child, owner.down, owner.after_core, st.nbytes())
+                per_layer[i][sid] = (owner.child, owner.down, owner.after_core, owner.comp, st.nbytes())
         return t
 
     ids = torch.randint(0, vocab, (b, s))
@@ -544,13 +560,13 @@ def _probe_forward(torch: Any, model: Any, layers: Any, vocab: int, b: int, s: i
     wide = 0
     own_input = sum(n for sid, (*_, n) in per_layer[m].items() if sid == owner.inputs.get(m))
     post_norm = False
-    for sid, (child, down, after, n) in per_layer[m].items():
+    for sid, (child, down, after, comp, n) in per_layer[m].items():
         if sid in shared:
             wide += n
         else:
-            name = _part_name(owner, child, down, after)
+            name = _part_name(owner, child, down, after, comp)
             parts[name] = parts.get(name, 0) + n
-            post_norm |= name == "mlp_down_input" and child is not None and _component(child, None) == "norm"
+            post_norm |= name == "mlp_down_input" and child is not None and comp == "norm"
     del out, kept
     return parts, wide, own_input, post_norm
 
@@ -694,7 +710,8 @@ def _first_attr(config: Any, *names: str, default: Any = None) -> Any:
 
 def _mlp_shape(torch: Any, layer: Any) -> tuple[int, bool]:
     """(MLP width, gated): the output projection's input features, and whether the other projections
-    make twice that (gate and up, fused or not)."""
+    make twice that (gate and up, fused or not); (0, False) for a layer without an MLP (a hybrid's Mamba or
+    attention-only layer: the first layer that has one decides, :func:`_built_fields`)."""
     for name, child in layer.named_children():
         if _component(name, child) != "mlp":
             continue
@@ -775,14 +792,14 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
         raise UnsupportedError(f"model_type {model_type!r}: Mamba-1 mixers (selective scan: mamba, falcon_mamba, "
                                "jamba) are not derived: what mamba_ssm's CUDA kernel saves for them is not modelled "
                                "(Mamba-2 mixers are)")
-    signatures = [tuple((n, type(c).__name__) for n, c in layer.named_children()) for layer in layers]
+    signatures = [_layer_signature(layer) for layer in layers]
     order = list(dict.fromkeys(signatures))
     layer_kinds = [order.index(sig) for sig in signatures] if len(order) > 1 else []
     h = int(_first_attr(config, "hidden_size", "n_embd", "d_model"))
     heads = int(_first_attr(config, "num_attention_heads", "n_head", default=1))
     kv = int(_first_attr(config, "num_key_value_heads", "num_kv_heads", default=heads))
     head_dim = int(_first_attr(config, "head_dim", default=h // heads))
-    width, gated = _mlp_shape(torch, layers[0])
+    width, gated = next((w for w in (_mlp_shape(torch, layer) for layer in layers) if w[0]), (0, False))
     moe = any(_has_experts(m) for m in layers)
     mamba = any(hasattr(m, "ssm_state_size") or type(m).__name__.endswith("Mixer") and hasattr(m, "A_log")
                 for m in model.modules())
@@ -794,7 +811,8 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
     else:
         position = "alibi" if (getattr(config, "alibi", False) or model_type == "bloom") else "none"
     final_norms = [type(m).__name__.lower() for n, m in model.named_modules() if "norm" in type(m).__name__.lower()]
-    act = str(_first_attr(config, "hidden_act", "hidden_activation", "activation_function", default="silu"))
+    act = str(_first_attr(config, "mlp_hidden_act", "hidden_act", "hidden_activation", "activation_function",
+                          default="silu"))  # (Nemotron-H: mlp_hidden_act relu2; its mamba_hidden_act is the mixer's)
     return dict(
         model_type=model_type, architecture=architecture, hidden_size=h, num_layers=n_layers,
         num_attention_heads=heads, num_kv_heads=kv, head_dim=head_dim, v_head_dim=head_dim,
@@ -812,3 +830,16 @@ def _built_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], model_t
 
 def _clean(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in cfg.items() if k not in _DROP_KEYS}
+
+
+def _layer_signature(layer: Any) -> tuple[Any, ...]:
+    """A decoder layer's kind: its children's names and classes, and whether its attention applies RoPE where the
+    attention says (``use_rope``: Llama 4's and SmolLM3's NoPE layers, from ``no_rope_layers``, transformers 5.24
+    modeling_llama4.py / modeling_smollm3.py). A NoPE layer saves no rotated fp32 q/k (Llama 4's
+    ``apply_rotary_emb`` keeps complex fp32 copies, its qk_norm runs on RoPE layers only), so it is probed apart."""
+    sig: list[Any] = [(n, type(c).__name__) for n, c in layer.named_children()]
+    for n, c in layer.named_children():
+        rope = getattr(c, "use_rope", None)
+        if isinstance(rope, (bool, int)):
+            sig.append((n, "use_rope", bool(rope)))
+    return tuple(sig)
