@@ -55,6 +55,9 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
                                          "triton (flash-attn's Triton port, llm-foundry) [engine default]"),
     ("loop", _S, "--loop", "trainer (HF Trainer/TRL/torchtitan/Megatron: output dropped before backward) | "
                            "script (outputs kept through backward) [trainer]"),
+    ("script_keeps_graph", _B, "--script-keeps-graph", "with --loop script: the previous micro-batch's graph (logits, "
+                                                       "bitsandbytes<0.43.2 ctx tensors) lives through the next forward "
+                                                       "(litgpt's fit loop)"),
     ("loss", _S, "--loss", "hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) | "
                            "fused-ce (flash-attn cross-entropy on 16-bit logits; llm-foundry) | cce (Apple's Cut "
                            "Cross-Entropy, no logits; axolotl) | unsloth (unsloth's fast_cross_entropy_loss: 16-bit "

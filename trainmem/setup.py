@@ -29,6 +29,8 @@ attn_kernel        engine default  step time only: the fused attention kernel, f
                                    fa3 (FlashAttention-3 / cuDNN, Hopper+) | triton (flash-attn's Triton port)
 loop               trainer         trainer: the model output is dropped before backward (HF Trainer, TRL,
                                    torchtitan, Megatron); script: ``outputs`` is kept through backward
+script_keeps_graph False          with loop script: the loop's variable (litgpt ``logits = model(...)``) keeps the previous
+                                   micro-batch's graph (its logits, custom Functions' ctx tensors) through the next forward
 loss               hf              hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) |
                                    fused-ce (flash-attn's cross-entropy kernel on the 16-bit logits, llm-foundry) |
                                    cce (Apple's Cut Cross-Entropy: no logits materialised; axolotl's plugin) |
@@ -155,6 +157,13 @@ class TrainingSetup(BaseModel):
     layer (``--recompute-method uniform --recompute-num-layers 1``, HF gradient checkpointing)."""
     attn: Attn = "sdpa"
     loop: Loop = "trainer"
+    script_keeps_graph: bool = False
+    """With ``loop`` script: the loop rebinds its output variable only when the next forward returns (litgpt
+    finetune/lora.py ``fit``: ``logits = model(input_ids, lm_head_chunk_size=128)``), so the previous micro-batch's
+    autograd graph lives through the next forward. Backward released what its nodes saved with
+    ``save_for_backward``; what stays is the old output (the logits) and what custom autograd Functions keep as
+    plain ``ctx`` attributes — bitsandbytes < 0.43.2 ``MatMul4Bit``'s ``ctx.tensors = (A, B)`` under
+    ``qlora_impl`` bnb-legacy (trainmem/memory/bnb_legacy.py ``previous_graph_bytes``)."""
     loss: Loss = "hf"
     loss_chunks: int | None = Field(None, ge=1, le=65536)
     gpus: int = Field(1, ge=1)
@@ -469,6 +478,8 @@ class TrainingSetup(BaseModel):
         if self.loss != "hf" and self.loss_parallel:
             raise ValueError(f"--loss {self.loss} with tensor parallelism: the logits are vocab-parallel "
                              "(loss parallel); use --loss hf, or --no-loss-parallel")
+        if self.script_keeps_graph and (self.loop != "script" or self.pp > 1):
+            raise ValueError("--script-keeps-graph needs --loop script and no pipeline parallelism")
         if self.loop == "script" and e == "megatron":
             raise ValueError("--loop script: Megatron's schedule returns the loss, never the logits; use --loop trainer")
         if self.optimizer_impl == "fused" and e in ("deepspeed", "megatron"):

@@ -33,7 +33,7 @@ from trainmem.model.spec import ModelSpec
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
     from trainmem.setup import TrainingSetup
 
-__all__ = ["legacy_matmul4bit_input_bytes_per_token"]
+__all__ = ["legacy_matmul4bit_input_bytes_per_token", "legacy_ctx_retained_bytes_per_token", "previous_graph_bytes"]
 
 #: Inputs that are already kept whole by something else when the attention kernel keeps its output (o_proj /
 #: c_proj read the fused kernel's output, which flash / memory-efficient SDPA save themselves).
@@ -72,3 +72,35 @@ def legacy_matmul4bit_input_bytes_per_token(spec: ModelSpec, setup: TrainingSetu
         total += 2 * lin.fin
     return total
 
+
+
+def legacy_ctx_retained_bytes_per_token(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> int:
+    """Bytes per token one decoder layer's ``MatMul4Bit`` nodes still hold once the backward has run.
+
+    ``ctx.tensors`` is a plain attribute of the node's ctx: autograd releases what ``save_for_backward`` saved
+    when the node's backward runs (``retain_graph=False``), not the ctx's attributes, which live as long as the
+    graph does (torch/csrc/autograd/python_function.cpp: ``PyNode::release_variables`` clears
+    ``saved_variables`` only; tests/memory/test_bnb_legacy_carry.py checks it on torch). Every input counts
+    here, the attention output too: the fused kernel's own saved copy of it is gone with its backward."""
+    from trainmem.memory.layers.base import lora_input_requires_grad
+
+    frozen = layer_idx == 0 and not lora_input_requires_grad(setup)
+    return legacy_matmul4bit_input_bytes_per_token(spec, setup, layer_idx, False, frozen)
+
+
+def previous_graph_bytes(spec: ModelSpec, setup: TrainingSetup, layer_ids: tuple[int, ...] | list[int],
+                         tokens: int, logits_bytes: int) -> int:
+    """``--script-keeps-graph``: what the previous micro-batch's graph holds while the next forward runs — its
+    output (the logits, ``logits_bytes``) and, under ``qlora_impl`` bnb-legacy, each 4-bit linear's 16-bit
+    input ``A`` on ``ctx.tensors`` (:func:`legacy_ctx_retained_bytes_per_token` × ``tokens`` per layer).
+
+    litgpt finetune/lora.py ``fit`` (00af8b0d; lit-gpt 8641822 alike) runs ``logits = model(input_ids,
+    lm_head_chunk_size=128)`` each iteration: the name is rebound only when the forward returns, so the old
+    list of logit chunks, and through their ``grad_fn`` the whole old graph, is freed after the new forward
+    and before its loss. 0 without the flag."""
+    if not setup.script_keeps_graph:
+        return 0
+    ctx = 0
+    if setup.qlora and setup.qlora_impl == "bnb-legacy":
+        ctx = sum(legacy_ctx_retained_bytes_per_token(spec, setup, i) for i in layer_ids) * tokens
+    return logits_bytes + ctx

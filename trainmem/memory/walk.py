@@ -11,6 +11,7 @@ from trainmem.memory.gpt_oss_frames import gpt_oss_recompute_frame_bytes
 from trainmem.memory.layers.lora import lora_forward_frame_bytes, lora_head_frame_bytes, lora_recompute_frame_bytes
 from trainmem.memory.layers.model_wide import embedding_saved, head_saved, recomputed_checkpoint_input_bytes
 from trainmem.memory.act_offload import offloaded_host_bytes, stash_bytes, stash_window_layers
+from trainmem.memory.bnb_legacy import previous_graph_bytes
 from trainmem.memory.engines import Engine
 from trainmem.memory.lora_head import (head_adapter_backward_bytes, head_adapter_forward_bytes,
                                        head_adapter_keeps_input, head_adapter_saved_bytes)
@@ -90,6 +91,9 @@ class StepWalk:
             tl.spike(f"visfwd{mb}", "activations", p.vision_fwd_tmp)
             tl.alloc(f"emb{mb}", "activations", embedding_saved(self.spec, self.s))
         tl.alloc(f"wide{mb}", "activations", p.wide)
+        if self.first and self.last:  # (--script-keeps-graph: the previous micro-batch's graph, memory/bnb_legacy.py)
+            tl.alloc(f"prevgraph{mb}", "activations",
+                     previous_graph_bytes(self.spec, self.s, p.layer_ids, p.tokens, self.loss.logits_bytes))
         for j in range(len(p.layer_ids)):
             if j in p.skip:
                 continue
@@ -195,6 +199,7 @@ class StepWalk:
             self._liger_weight_grads(mb)
         tl.alloc(f"logits{mb}", "activations", loss.logits_bytes)
         tl.spike(f"lorahead{mb}", "activations", head_adapter_forward_bytes(self.spec, s))
+        tl.free(f"prevgraph{mb}")  # (the loop rebinds its output now: the old graph goes before the loss)
         tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
         frame = 0 if head_adapter_keeps_input(self.spec, s) else lora_head_frame_bytes(self.spec, s)
         tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes + frame)
