@@ -5,7 +5,9 @@ The term functions (``layers/norms.py``, ``layers/attention.py``, ``layers/mlp.p
 ``layers/model_wide.py``, ``memory/gpt_oss_frames.py``) read a :class:`LayerFamily` — looked up once per call
 with :func:`layer_family` — instead of asking ``spec.model_type``. A family that builds its layer from the same
 ops as one already here is one more entry of :data:`FAMILIES` (tests/memory/test_layer_families.py registers a
-toy one); a new kind of op is a new field and the term that reads it.
+toy one); a new kind of op is a new field and the term that reads it. Outside the terms, ``memory/op_sac.py``
+(which linears run ``aten.addmm``), ``memory/compile.py`` (q/k norms) and ``perf/flops.py`` (fused qkv and gate_up
+matmuls) read the same description.
 
 What is *not* per family, and so not here:
 
