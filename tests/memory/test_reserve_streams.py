@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from trainmem.api import build
 from trainmem.memory import estimate
-from trainmem.memory.overhead import fsdp2_stream_pools_bytes, reserved_bytes, stream_pool_reserve_bytes
+from trainmem.memory.overhead import (fsdp2_stream_pools_bytes, post_peak_segment_bytes, reserved_bytes,
+                                      stream_pool_reserve_bytes)
+from trainmem.memory.timeline import Timeline
 from trainmem.setup import make_setup
 from trainmem.units import MiB
 
@@ -35,6 +37,30 @@ def test_only_fully_shard_over_more_than_one_rank_has_stream_pools():
         assert fsdp2_stream_pools_bytes(s, root, cp, br) == 0, s
 
 
+def test_post_peak_segments_by_hand():
+    """CUDACachingAllocator (torch 2.13): a request ≥ 10 MiB larger than every earlier block gets a new segment
+    (its size rounded to 2 MiB) — counted only after the allocated peak; a new peak forgets them."""
+    tl = Timeline()
+    tl.alloc("w", "parameters", 900 * MiB)             # model states: many tensors, never a candidate
+    tl.alloc("a", "activations", 100 * MiB)
+    tl.alloc("b", "activations", 300 * MiB)            # the peak: 1300 MiB
+    tl.free("b")
+    tl.free("a")
+    tl.alloc("ag", "communication_buffers", 500 * MiB, side_stream=True)  # another stream's pool
+    tl.free("ag")
+    tl.spike("tmp", "temporaries", 350 * MiB, aggregate=True)             # foreach temporaries: many tensors
+    assert tl.post_peak_segment_bytes == 0
+    tl.alloc("rs", "communication_buffers", 301 * MiB + 1)  # > 300 MiB, below the peak: 302 MiB segment
+    tl.alloc("c", "temporaries", 20 * MiB)             # smaller than a cached block could be: nothing
+    assert (tl.max_block, tl.post_peak_segment_bytes) == (301 * MiB + 512, 302 * MiB)
+    tl.alloc("d", "activations", 400 * MiB)            # 900 + 301 + 20 + 400 > 1300: a new peak, counted in it
+    assert tl.post_peak_segment_bytes == 0
+    fsdp2, fsdp1 = make_setup(engine="fsdp2", gpus=8), make_setup(engine="fsdp2", gpus=8, fsdp_version=1)
+    assert post_peak_segment_bytes(fsdp2, 302 * MiB) == 302 * MiB
+    for s in (fsdp1, make_setup(), make_setup(engine="fsdp2", gpus=8, tp=8, precision="bf16")):
+        assert post_peak_segment_bytes(s, 302 * MiB) == 0, s
+
+
 def test_issue_case_carries_the_root_buffer():
     """Llama-3.1-8B, FSDP2 over 64 ranks (issue 17): the root unit is the 128256 × 4096 embedding and the
     untied LM head, gathered in bf16: 2 × 525,336,576 × 2 B = 2,101,346,304 B; at the estimator's peak
@@ -45,9 +71,12 @@ def test_issue_case_carries_the_root_buffer():
     term = e.peak_reserved_bytes - without
     root = 2 * 2 * 128256 * 4096
     grads_apart = e.category_peak_bytes["gradients"] - e.breakdown_at_peak_bytes["gradients"]
+    # + the root's reduce-scatter input (fp32 under amp-bf16: 2 × 525,336,576 × 4 B = 4,202,692,608 B), after the
+    # peak and larger than every earlier compute-stream block: its own segment, rounded to 2 MiB = 4010 MiB
+    post_peak = 4010 * MiB
     assert term == stream_pool_reserve_bytes(e.category_peak_bytes["gradients"],
-                                             e.breakdown_at_peak_bytes["gradients"], root)
-    assert root <= term <= root + grads_apart + 2 * MiB
+                                             e.breakdown_at_peak_bytes["gradients"], root) + post_peak
+    assert root + post_peak <= term <= root + post_peak + grads_apart + 2 * MiB
 
 
 def test_accuracy_doc_carries_the_stream_section():

@@ -20,7 +20,8 @@ from trainmem.memory.layers.base import is_amp
 from trainmem.memory.engines import ModelStates, engine_for
 from trainmem.memory.loss import loss_buffers
 from trainmem.memory.overhead import (CUDA_CONTEXT_BYTES, cuda_only_allocated_bytes, device_total_bytes,
-                                      fsdp2_stream_pools_bytes, reserved_bytes)
+                                      fsdp2_stream_pools_bytes, post_peak_segment_bytes,
+                                      reserved_bytes)
 from trainmem.memory.plan import build_plan
 from trainmem.memory.states import RankParams, rank_params
 from trainmem.memory.timeline import CATEGORIES, Timeline
@@ -175,6 +176,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
     breakdown["other"] = breakdown.get("other", 0) + cuda_only
     peak = tl.peak + cuda_only
     pools = fsdp2_stream_pools_bytes(setup, rp.embedding + rp.lm_head, tl.category_peak, tl.peak_breakdown)
+    pools += post_peak_segment_bytes(setup, tl.post_peak_segment_bytes)
     reserved = reserved_bytes(peak, tl.current + cuda_only, cuda_only, pools)
     total = device_total_bytes(reserved, setup)
     fits = total <= gpu.memory_bytes

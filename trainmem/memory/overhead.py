@@ -18,6 +18,7 @@ from trainmem.setup import TrainingSetup
 from trainmem.units import MiB
 
 __all__ = ["cuda_only_allocated_bytes", "reserved_bytes", "stream_pool_reserve_bytes", "fsdp2_stream_pools_bytes",
+           "post_peak_segment_bytes",
            "device_total_bytes", "CUDA_CONTEXT_BYTES", "NCCL_PER_GROUP_BYTES"]
 
 CUDA_CONTEXT_BYTES = 500 * MiB
@@ -80,6 +81,29 @@ def fsdp2_stream_pools_bytes(setup: TrainingSetup, root_params: int, category_pe
     elem = 4 if setup.precision == "fp32" else 2
     return stream_pool_reserve_bytes(category_peak.get("gradients", 0), breakdown_at_peak.get("gradients", 0),
                                      elem * root_params)
+
+
+def post_peak_segment_bytes(setup: TrainingSetup, timeline_post_peak_bytes: int) -> int:
+    """Segments the caching allocator must cudaMalloc after the allocated peak (bytes; FSDP2 only).
+
+    ``c10/cuda/CUDACachingAllocator.cpp`` (torch 2.13): a request ≥ ``kMinLargeAlloc`` (10 MiB) that no cached
+    block of its stream's pool serves gets a segment of exactly its size rounded to ``kRoundLarge`` (2 MiB)
+    (``get_allocation_size``); blocks never merge across segments (``try_merge_blocks`` within a segment) and a
+    segment is never larger than the request that created it (or 20 MiB), so a request larger than every earlier
+    compute-stream request finds no cached block, whatever is free; without memory pressure nothing is released
+    (``release_cached_blocks`` only on a failed cudaMalloc), so that segment adds to ``max_memory_reserved``
+    even when the allocated total is below its peak. ``timeline_post_peak_bytes`` is
+    :attr:`~trainmem.memory.timeline.Timeline.post_peak_segment_bytes`: the estimator's own step, its
+    collective-stream blocks excluded. The case that moves the figures: FSDP2's root unit (embedding, LM
+    head) reduce-scatter input in ``reduce_dtype`` (fp32 under the mixed policy), allocated on the compute
+    stream after every layer's backward (torch 2.13 ``_fsdp_collectives.py`` ``foreach_reduce``, line 597:
+    ``reduce_scatter_comm.allocate`` before ``reduce_scatter_stream.wait_stream(current_stream)``): under
+    amp-bf16 twice the gathered root, and often larger than the loss's logits blocks. Taken for FSDP2
+    (``fully_shard``) only, the engine whose collective-stream blocks the timeline marks and whose per-stream
+    replays (``benchmarks/reserved_streams.py``) check it; the other engines keep the fitted reserve alone."""
+    if setup.engine != "fsdp2" or setup.fsdp_version != 2 or setup.fsdp_shard_degree <= 1:
+        return 0
+    return timeline_post_peak_bytes
 
 
 def reserved_bytes(peak_allocated: int, static_bytes: int, workspace_bytes: int = 0,

@@ -9,6 +9,12 @@ from trainmem.units import round_up_bytes
 
 __all__ = ["CATEGORIES", "Timeline"]
 
+_MIN_LARGE_ALLOC = 10 * 1024 * 1024  # kMinLargeAlloc (c10/cuda/CUDACachingAllocator.cpp, torch 2.13)
+_ROUND_LARGE = 2 * 1024 * 1024  # kRoundLarge: a segment for a request >= kMinLargeAlloc is it rounded to 2 MiB
+#: Categories whose timeline blocks stand for one tensor each (``*bulk*`` keys excepted: several layers' blocks in
+#: one); the model states are allocated before the step as many per-parameter tensors summed in one block.
+_ONE_TENSOR = ("activations", "temporaries", "communication_buffers")
+
 #: The categories of every breakdown trainmem reports (estimate and trace alike).
 CATEGORIES = ("parameters", "master_weights", "gradients", "optimizer_states", "activations",
               "temporaries", "communication_buffers", "other")
@@ -33,14 +39,29 @@ class Timeline:
     phase_max: list[int] = field(default_factory=list)
     """The largest allocated total inside each point's phase (its transients included)."""
     _phase_max: int = 0
+    max_block: int = 0
+    """The largest single block allocated so far on the compute stream (a ``count`` allocation's blocks each;
+    only the categories of ``_ONE_TENSOR``, and no ``*bulk*`` key)."""
+    post_peak_segment_bytes: int = 0
+    """Segments the caching allocator must add after the allocated peak: compute-stream blocks ≥ 10 MiB
+    larger than every earlier one (see :func:`trainmem.memory.overhead.post_peak_segment_bytes`)."""
 
-    def alloc(self, key: str, category: str, n_bytes: int, *, count: int = 1) -> None:
-        """Allocate ``count`` blocks of ``n_bytes`` (each rounded to 512 B) under one key."""
+    def alloc(self, key: str, category: str, n_bytes: int, *, count: int = 1, side_stream: bool = False,
+              aggregate: bool = False) -> None:
+        """Allocate ``count`` blocks of ``n_bytes`` (each rounded to 512 B) under one key; ``side_stream``:
+        on a collective stream (its own pool: it neither serves nor is served by compute-stream blocks);
+        ``aggregate``: many tensors summed in one block (never one cudaMalloc: not a segment candidate)."""
         if n_bytes <= 0 or count <= 0:
             return
         if key in self.live:
             raise KeyError(f"allocation {key!r} is already live")
-        size = -(-n_bytes // 512) * 512 * count  # round_up_bytes, inlined: this is the hot path
+        block = -(-n_bytes // 512) * 512  # round_up_bytes, inlined: this is the hot path
+        size = block * count
+        if (block > self.max_block and not side_stream and not aggregate and category in _ONE_TENSOR
+                and "bulk" not in key):
+            if block >= _MIN_LARGE_ALLOC and self.current + size <= self.peak:
+                self.post_peak_segment_bytes += -(-block // _ROUND_LARGE) * _ROUND_LARGE
+            self.max_block = block
         self.live[key] = (category, size)
         self.current += size
         self._by_cat[category] += size
@@ -50,6 +71,7 @@ class Timeline:
             self._phase_max = self.current
         if self.current > self.peak:
             self.peak = self.current
+            self.post_peak_segment_bytes = 0
             self.peak_phase = self.phase
             self.peak_breakdown = dict(self._by_cat)
             if self.debug:
@@ -90,9 +112,10 @@ class Timeline:
         if self.phase_max:
             self.phase_max[-1] = max(self.phase_max[-1], self._phase_max)
 
-    def spike(self, key: str, category: str, n_bytes: int) -> None:
+    def spike(self, key: str, category: str, n_bytes: int, *, side_stream: bool = False,
+              aggregate: bool = False) -> None:
         """An allocation that is freed right away (a transient at this point of the step)."""
-        self.alloc(key, category, n_bytes)
+        self.alloc(key, category, n_bytes, side_stream=side_stream, aggregate=aggregate)
         self.free(key)
 
     def by_category(self) -> dict[str, int]:

@@ -187,7 +187,7 @@ class Engine:
 
     def step(self) -> None:
         """``optimizer.step()``: its temporaries."""
-        self.tl.spike("opt_tmp", "temporaries", self.st.step_temp)
+        self.tl.spike("opt_tmp", "temporaries", self.st.step_temp, aggregate=True)  # foreach: per-parameter temporaries
 
     def zero_grad(self) -> None:
         """``zero_grad(set_to_none=True)``: the gradients go."""

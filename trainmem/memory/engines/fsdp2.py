@@ -7,6 +7,7 @@ zero 3 = ``reshard_after_forward=True``, zero 2 = False (units stay gathered fro
 from __future__ import annotations
 
 from trainmem.memory.engines.base import Engine, ModelStates, lora_base
+from trainmem.memory.fp8_compile import fsdp_float8_gathered_bytes
 from trainmem.memory.states import (
     nf4_packed_bytes,
     nf4_quant_state_bytes,
@@ -84,6 +85,8 @@ class FSDP2Engine(Engine):
         """The all-gather output: every rank's padded shard (dp × local), in param_dtype; a QLoRA unit's
         ``quantized`` NF4 weights are gathered packed (:func:`fsdp_gathered_nf4_bytes`), the rest 16-bit."""
         dp = self.s.fsdp_shard_degree
+        if quantized and self.s.fp8_allgather:  # (``quantized``: the unit's Float8Linear weights, gathered in fp8)
+            return dp * -(-fsdp_float8_gathered_bytes(n, quantized) // dp)
         if quantized:
             return dp * -(-(fsdp_gathered_nf4_bytes(self.s, quantized) + 2 * (n - quantized)) // dp)
         return self.st.unsharded_elem * dp * self._local(n, experts)
@@ -99,7 +102,7 @@ class FSDP2Engine(Engine):
         pending = "ag_pending:" + key
         if not tl.has(pending):
             tl.free("ag_state")
-            tl.alloc(pending, "communication_buffers", self._ag_bytes(n, experts, quantized))
+            tl.alloc(pending, "communication_buffers", self._ag_bytes(n, experts, quantized), side_stream=True)
         # (the unsharded parameters are views of the padded per-parameter all-gather outputs)
         tl.alloc(key, "parameters", self._ag_bytes(n, experts, quantized))
         tl.free("ag_state")
@@ -111,7 +114,8 @@ class FSDP2Engine(Engine):
         if tl.has(key) or tl.has("ag_pending:" + key):
             return
         tl.free("ag_state")
-        tl.alloc("ag_pending:" + key, "communication_buffers", self._ag_bytes(n, experts, quantized))
+        tl.alloc("ag_pending:" + key, "communication_buffers", self._ag_bytes(n, experts, quantized),
+                 side_stream=True)
 
     def reduce(self, keys: list[str], n: int, experts: int = 0) -> None:
         """post_backward: free the previous reduce-scatter input (``reduce_scatter_state``), copy the
@@ -132,18 +136,19 @@ class FSDP2Engine(Engine):
             # output, reduce_dtype) to the pinned host gradient (``new_sharded_grad.to("cpu")``) and keeps no
             # GPU reference: the output is freed when foreach_reduce returns, and accumulation (grad_accum > 1)
             # adds on the CPU (_fsdp_collectives.py foreach_reduce, torch 2.13)
-            tl.spike(shard + ":rs_out", "communication_buffers", rs_elem * local)
+            tl.spike(shard + ":rs_out", "communication_buffers", rs_elem * local, side_stream=True)
         elif not tl.has(shard):
-            tl.alloc(shard, "gradients", self.st.grad_elem * local)
+            tl.alloc(shard, "gradients", self.st.grad_elem * local, side_stream=True)  # reduce-scatter stream
         else:
-            tl.spike(shard + ":new", "temporaries", self.st.grad_elem * local)
+            tl.spike(shard + ":new", "temporaries", self.st.grad_elem * local, side_stream=True)
         tl.rename("rs_in", "rs_state")
 
     # -- hooks -------------------------------------------------------------------------------------
     def _unit(self, j: int) -> tuple[str, int, int, int]:
-        """(key, parameters, routed-expert parameters, NF4-quantised weights) of layer j's unit."""
+        """(key, parameters, routed-expert parameters, NF4-quantised weights — or, with ``fp8_allgather``, the weights
+        gathered in fp8) of layer j's unit."""
         p = self.plan
-        quantized = self.rp.layer_matmul[j] if self.s.qlora else 0
+        quantized = self.rp.layer_matmul[j] if (self.s.qlora or self.s.fp8_allgather) else 0
         return f"unit{p.layer_ids[j]}", p.layer_params[j], p.layer_experts[j], quantized
 
     def forward_start(self, mb: int) -> None:
@@ -208,7 +213,7 @@ class FSDP2Engine(Engine):
             return  # the sharded gradients live on the host (see :meth:`reduce`)
         if not self.tl.has(key):
             local = self._local(self.plan.layer_train[j0], self.plan.layer_experts[j0])
-            self.tl.alloc(key, "gradients", _r(self.st.grad_elem * local) * n)
+            self.tl.alloc(key, "gradients", _r(self.st.grad_elem * local) * n, side_stream=True)
 
     def bulk_backward_end(self, js: list[int]) -> None:
         tl, p = self.tl, self.plan
