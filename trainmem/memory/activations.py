@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING
 
 from trainmem.memory.layers.attention import core_attention_terms, mla_terms, te_output_projection
 from trainmem.memory.layers.base import (LAYER_MODELS, LayerSaved, Term, compute_bytes, derived_attn, derived_mode,
-                                         linear_inputs_saved, lora_input_requires_grad, sdpa_math_fallback,
-                                         te_fp8_linears)
+                                         linear_inputs_saved, te_fp8_linears)
 from trainmem.memory.layers.family import LayerFamily, layer_family
 from trainmem.memory.layers.lora import lora_terms
 from trainmem.memory.layers.mlp import mlp_terms, moe_terms
@@ -92,7 +91,8 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, *, fp8: b
         terms.append(_bnb_legacy_term(spec, setup, layer_idx, T))
     if setup.load_in_8bit:  # LLM.int8: MatMul8bitLt keeps A and CAt (memory/int8.py)
         from trainmem.memory.int8 import int8_saved_bytes_per_token
-        keeps, frozen = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup), layer_idx == 0 and not lora_input_requires_grad(setup)
+        from trainmem.memory.bnb_legacy import legacy_input_conditions
+        keeps, frozen = legacy_input_conditions(spec, setup, layer_idx)
         terms.append(Term("int8_matmul_saved", "mlp", int8_saved_bytes_per_token(spec, setup, layer_idx, keeps, frozen) * T, False))
     return _sharded(terms, setup)
 
@@ -151,9 +151,8 @@ def _sharded(terms: list[Term], setup: TrainingSetup) -> LayerSaved:
 def _bnb_legacy_term(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, tokens: int) -> Term:
     """``--qlora-impl bnb-legacy``: the 16-bit inputs bitsandbytes < 0.43.2's MatMul4Bit keeps
     (trainmem/memory/bnb_legacy.py); the attention output is already kept where the fused kernel saves it."""
-    from trainmem.memory.bnb_legacy import legacy_matmul4bit_input_bytes_per_token
-    keeps_out = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup)
-    frozen_input = layer_idx == 0 and not lora_input_requires_grad(setup)
+    from trainmem.memory.bnb_legacy import legacy_input_conditions, legacy_matmul4bit_input_bytes_per_token
+    keeps_out, frozen_input = legacy_input_conditions(spec, setup, layer_idx)
     per_token = legacy_matmul4bit_input_bytes_per_token(spec, setup, layer_idx, keeps_out, frozen_input)
     return Term("bnb_legacy_matmul4bit_input", "mlp", per_token * tokens, False)
 

@@ -33,7 +33,8 @@ from trainmem.model.spec import ModelSpec
 if TYPE_CHECKING:  # (annotations only: no import of trainmem.setup, which validates with this module)
     from trainmem.setup import TrainingSetup
 
-__all__ = ["legacy_matmul4bit_input_bytes_per_token", "legacy_ctx_retained_bytes_per_token", "previous_graph_bytes"]
+__all__ = ["legacy_matmul4bit_input_bytes_per_token", "legacy_ctx_retained_bytes_per_token", "previous_graph_bytes",
+           "legacy_input_conditions", "first_adapted_read_order"]
 
 #: Inputs that are already kept whole by something else when the attention kernel keeps its output (o_proj /
 #: c_proj read the fused kernel's output, which flash / memory-efficient SDPA save themselves).
@@ -42,6 +43,29 @@ _KERNEL_KEPT = frozenset({"attn_out"})
 
 #: The order in which a decoder layer's linears read their inputs (forward order of ``LoraLinear.reads``).
 _READ_ORDER = {"attn_in": 0, "q_a": 1, "kv_a": 1, "attn_out": 2, "mlp_in": 3, "shared_act": 4, "mlp_act": 4}
+
+
+def legacy_input_conditions(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> tuple[bool, bool]:
+    """The two conditions on which bitsandbytes' legacy matmuls (``MatMul4Bit`` < 0.43.2, ``MatMul8bitLt`` 0.41)
+    keep a decoder layer's 16-bit inputs, shared by ``--qlora-impl bnb-legacy`` and ``--load-in-8bit``:
+    ``kernel_keeps_out`` — the fused attention kernel (SDPA flash / memory-efficient, flash-attn) saves its output
+    itself, so o_proj's input is kept already; ``input_frozen`` — layer 0 of a run whose input needs no grad
+    (no input-requires-grad hook: trainmem/memory/layers/base.py ``lora_input_requires_grad``)."""
+    from trainmem.memory.layers.base import lora_input_requires_grad, sdpa_math_fallback
+
+    keeps_out = setup.attn in ("sdpa", "flash") and not sdpa_math_fallback(spec, setup)
+    return keeps_out, layer_idx == 0 and not lora_input_requires_grad(setup)
+
+
+def first_adapted_read_order(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, input_frozen: bool) -> int:
+    """With ``input_frozen``: the ``_READ_ORDER`` rank of the layer's first adapted linear (its input and what is
+    read before it need no grad; ``len(_READ_ORDER)`` when none is adapted); else -1 (every input needs grad)."""
+    from trainmem.model.lora_targets import targeted_layer_linears
+
+    if not input_frozen:
+        return -1
+    return min((_READ_ORDER.get(lin.reads, 0) for lin in targeted_layer_linears(spec, setup.lora_targets, layer_idx)),
+               default=len(_READ_ORDER))
 
 
 def legacy_matmul4bit_input_bytes_per_token(spec: ModelSpec, setup: TrainingSetup, layer_idx: int,
@@ -55,11 +79,8 @@ def legacy_matmul4bit_input_bytes_per_token(spec: ModelSpec, setup: TrainingSetu
     ``ctx.tensors = (A, B)`` only ``if any(ctx.needs_input_grad[:2])``: with ``input_frozen`` (the first layer
     of a run whose input needs no grad) an input requires grad only downstream of the layer's first adapter, so
     the groups read up to and including the first adapted linear's keep nothing."""
-    from trainmem.model.lora_targets import targeted_layer_linears
-
     amp = setup.precision.startswith("amp")
-    first_adapted = min((_READ_ORDER.get(lin.reads, 0) for lin in targeted_layer_linears(spec, setup.lora_targets, layer_idx)),
-                        default=len(_READ_ORDER)) if input_frozen else -1
+    first_adapted = first_adapted_read_order(spec, setup, layer_idx, input_frozen)
     seen: set[str] = set()
     total = 0
     for lin in layer_linears(spec, layer_idx):
@@ -82,9 +103,7 @@ def legacy_ctx_retained_bytes_per_token(spec: ModelSpec, setup: TrainingSetup, l
     graph does (torch/csrc/autograd/python_function.cpp: ``PyNode::release_variables`` clears
     ``saved_variables`` only; tests/memory/test_bnb_legacy_carry.py checks it on torch). Every input counts
     here, the attention output too: the fused kernel's own saved copy of it is gone with its backward."""
-    from trainmem.memory.layers.base import lora_input_requires_grad
-
-    frozen = layer_idx == 0 and not lora_input_requires_grad(setup)
+    _, frozen = legacy_input_conditions(spec, setup, layer_idx)
     return legacy_matmul4bit_input_bytes_per_token(spec, setup, layer_idx, False, frozen)
 
 

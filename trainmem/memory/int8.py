@@ -39,8 +39,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainmem.memory.bnb_legacy import _READ_ORDER, legacy_matmul4bit_input_bytes_per_token
-from trainmem.model.lora_targets import layer_linears, targeted_layer_linears
+from trainmem.memory.bnb_legacy import _READ_ORDER, first_adapted_read_order, legacy_matmul4bit_input_bytes_per_token
+from trainmem.model.lora_targets import layer_linears
 from trainmem.units import round_up_bytes
 
 if TYPE_CHECKING:
@@ -69,9 +69,7 @@ def int8_saved_bytes_per_token(spec: ModelSpec, setup: TrainingSetup, layer_idx:
     ``input_frozen`` (layer 0 of a run whose input needs no grad) the linears read up to the first adapted one
     keep no CAt."""
     a_bytes = legacy_matmul4bit_input_bytes_per_token(spec, setup, layer_idx, kernel_keeps_out, False)
-    first_adapted = min((_READ_ORDER.get(lin.reads, 0) for lin in targeted_layer_linears(spec, setup.lora_targets,
-                                                                                          layer_idx)),
-                        default=len(_READ_ORDER)) if input_frozen else -1
+    first_adapted = first_adapted_read_order(spec, setup, layer_idx, input_frozen)
     cat_bytes = sum(lin.fin for lin in layer_linears(spec, layer_idx) if _READ_ORDER.get(lin.reads, 0) > first_adapted)
     return a_bytes + cat_bytes
 
