@@ -65,3 +65,39 @@ def test_without_fsdp2_everything_is_on_one_stream():
 
     r = trace_step(SPEC, make_setup(precision="bf16", seq_len=64))
     assert r.peak_reserved_one_stream_bytes == r.peak_reserved_bytes > 0
+
+
+
+def test_root_reduce_scatter_input_gets_its_own_segment_after_the_peak(monkeypatch):
+    """The tiny Llama with a 32,000-token vocabulary, 3 × 64 tokens: the root unit's fp32 reduce-scatter input
+    (embedding + untied LM head + final norm, 2 × 32,000 × 128 + 128 elements × 4 B = 32,768,512 B, a multiple of
+    4 ranks) comes after every layer's backward, below the allocated peak (the loss) and larger than any earlier
+    compute-stream block (the fp32 logits: 192 × 32,000 × 4 B = 24,576,000 B), so the replay cudaMallocs a
+    segment of it rounded to 2 MiB (32 MiB) there (CUDACachingAllocator: no cached block serves it) — the rule
+    ``trainmem.memory.overhead.post_peak_segment_bytes`` follows (checked on the issue-17 case in
+    tests/memory/test_reserve_streams.py)."""
+    import trainmem.trace.step as step
+    from trainmem.trace.allocator import CachingAllocator, events_from_lives
+
+    spec = make_spec({**LLAMA_TINY, "vocab_size": 32000})
+    setup = make_setup(engine="fsdp2", gpus=WORLD, precision="amp-bf16", seq_len=64, micro_batch=3)
+    seen: list = []
+    orig = step.simulate_lives
+    monkeypatch.setattr(step, "simulate_lives", lambda lives, *a, **k: seen.append((lives, a)) or orig(lives, *a, **k))
+    step.trace_step(spec, setup)
+    lives, (start, origin) = seen[0][0], seen[0][1][:2]
+    events, first = events_from_lives(lives, start, origin)
+    alloc, handles, peak, post_peak = CachingAllocator(), {}, 0, []
+    for i, (is_alloc, key, nbytes, stream) in enumerate(events):
+        if i == first:
+            alloc.reset_peak_stats()
+        if not is_alloc:
+            alloc.free(handles.pop(key))
+            continue
+        before = alloc.reserved_bytes
+        handles[key] = alloc.malloc(nbytes, stream)
+        if i >= first and alloc.allocated_bytes > peak:
+            peak, post_peak = alloc.allocated_bytes, []
+        elif i >= first and alloc.reserved_bytes > before and stream == 0 and nbytes >= 10 * 2**20:
+            post_peak.append((nbytes, alloc.reserved_bytes - before))
+    assert post_peak == [(32_768_512, 32 * 2**20)]

@@ -191,9 +191,9 @@ class FSDP2Engine(Engine):
             return
         size = self.st.unsharded_elem * n
         if self.tl.has(key + ":unsharded"):  # a tied weight's second contribution is added in place
-            self.tl.spike(key + ":new", "temporaries", size)
-        else:
-            self.tl.alloc(key + ":unsharded", "temporaries", size)
+            self.tl.spike(key + ":new", "temporaries", size, aggregate=True)
+        else:  # (a unit part's gradients in one block: one tensor per parameter in torch, never one cudaMalloc)
+            self.tl.alloc(key + ":unsharded", "temporaries", size, aggregate=True)
 
     def layer_backward_end(self, j: int) -> None:
         p = self.plan
