@@ -144,9 +144,10 @@ def reserved_bytes(peak_allocated: int, static_bytes: int, workspace_bytes: int 
 
     Those replays put every allocation on one stream. Since the replay keeps a pool per stream, FSDP2's
     cases reserve a median 11–15 % more (``benchmarks/reserved_streams.py``); the part of that the stream
-    pools themselves explain is ``stream_pool_bytes`` (:func:`stream_pool_reserve_bytes`), with which the
-    estimate is within a median −1.7 % / −3.3 % (tuning / hold-out FSDP2 cases; largest −23 %, Qwen2.5-7B
-    at 16 ranks) of the per-stream replay. The 1/8 was not refitted: the dev-split GPU points are the
+    pools themselves explain is ``stream_pool_bytes`` (:func:`stream_pool_reserve_bytes`) plus the segments
+    made after the peak (:func:`post_peak_segment_bytes`), with which the estimate is within a median
+    +1.2 % / −1.5 % (|·| 2.5 % / 2.8 %; tuning / hold-out FSDP2 cases; largest −15.4 %, Llama-3.2-1B TP 4
+    at seq 512) of the per-stream replay. The 1/8 was not refitted: the dev-split GPU points are the
     check, and the two FSDP2 ones (torchtitan) are within ±1 % with the stream term.
 
     Sanity check on GPUs: on the 20 expressible ``max_memory_reserved`` points of
