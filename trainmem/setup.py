@@ -55,6 +55,8 @@ grad_reduce_16bit  False           megatron: the main-grad buffer in the paramet
 fp8_params         False           megatron fp8: layer weights stored in fp8 (--fp8-param-gather)
 fp8_backend        engine default  fp8 linears: megatron te (Transformer Engine); fsdp2 torchao (Float8Linear,
                                    torchtitan) | te (te.Linear: Accelerate's TE backend, llm-foundry fc_type te)
+fp8_allgather      False           fsdp2 torchao fp8: FSDP2 all-gathers the linears' weights in fp8
+                                   (torchtitan [float8] enable_fsdp_float8_all_gather)
 megatron_deepspeed False           megatron with pp > 1: DeepSpeed's PipelineEngine runs the step (Megatron-DeepSpeed:
                                    blocking pipeline sends, BF16_Optimizer, gradient all-reduce after the flush)
 offload            none            none | optimizer | optimizer+params
@@ -219,6 +221,10 @@ class TrainingSetup(BaseModel):
     ``Float8Linear`` (torchtitan ``[float8]``, the default) or Transformer Engine's ``te.Linear`` swapped in for
     ``nn.Linear`` (Accelerate's TE fp8 backend, llm-foundry ``fc_type: te``), which saves fp8 inputs and an fp8
     copy of each weight for backward."""
+    fp8_allgather: bool = False
+    """fsdp2 with torchao fp8: FSDP2 all-gathers each ``Float8Linear`` weight in fp8, 1 B per element with its scale
+    (torchtitan ``[float8] enable_fsdp_float8_all_gather``; torchao ``float8/fsdp_utils.py``
+    ``WeightWithDynamicFloat8CastTensor``: trainmem/memory/fp8_compile.py ``fsdp_float8_gathered_bytes``)."""
     megatron_deepspeed: bool = False
     """megatron with pp > 1: Megatron-LM's model code trained by DeepSpeed's ``PipelineEngine`` (Megatron-DeepSpeed,
     as BLOOM and MT-NLG ran): the step-time model applies trainmem.perf.deepspeed_pipe (blocking pipeline
@@ -380,6 +386,8 @@ class TrainingSetup(BaseModel):
             raise ValueError("--fp8-backend torchao: Megatron's fp8 runs Transformer Engine; use --fp8-backend te")
         if p == "fp8" and self.fp8_backend is None:
             object.__setattr__(self, "fp8_backend", "te" if e == "megatron" else "torchao")
+        if self.fp8_allgather and (e != "fsdp2" or p != "fp8" or self.fp8_backend != "torchao"):
+            raise ValueError("--fp8-all-gather needs --engine fsdp2 with --precision fp8 (torchao Float8Linear)")
         if p not in RECIPES[e]:
             raise ValueError(f"{p} is not a recipe of the {e} engine; use {_RECIPE_HINT[e]}")
         if self.dp * self.tp * self.pp * self.cp != (1 if self.device_map else self.gpus):

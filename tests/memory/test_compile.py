@@ -80,7 +80,7 @@ def test_llama_3_1_8b_compiled_layer_by_hand() -> None:
     (dict(engine="deepspeed"), "--engine torch or fsdp2"),
     (dict(lora_rank=8), "LoRA"),
     (dict(engine="fsdp2", gpus=2, tp=2), "tensor or context parallelism"),
-    (dict(engine="fsdp2", gpus=2, precision="fp8"), "fp8 linears"),  # (selective: tests/trace/test_compile_sac_trace.py)
+    (dict(engine="fsdp2", gpus=2, precision="fp8", fp8_backend="te"), "fp8-backend te"),  # (torchao: test_fp8_compile.py)  # (selective: tests/trace/test_compile_sac_trace.py)
     (dict(attn="eager"), "--attn sdpa or flash"),
 ])
 def test_unmodelled_setups_are_refused_in_one_line(kw: dict, needle: str) -> None:
@@ -121,7 +121,7 @@ def test_every_compile_message_has_its_chinese_entry() -> None:
 
     spec = load_catalog_spec("llama-3.1-8b")
     setups = [dict(engine="megatron"), dict(engine="deepspeed"), dict(lora_rank=8),
-              dict(engine="fsdp2", gpus=2, precision="fp8"),
+              dict(engine="fsdp2", gpus=2, precision="fp8", fp8_backend="te"),
               dict(attn="eager"), dict(engine="fsdp2", gpus=2, tp=2), dict(precision="fp32", seq_len=S)]
     msgs = [compile_refusal(spec, make_setup(compile=True, **kw)) for kw in setups]
     msgs.append(compile_refusal(load_catalog_spec("mixtral-8x7b"), make_setup(compile=True)))

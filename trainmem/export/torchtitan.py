@@ -180,6 +180,9 @@ def job_config(spec: ModelSpec, setup: TrainingSetup, target: ExportTarget) -> d
     if s.precision == "fp8":
         tables["model"]["converters"] = ["quantize.linear.float8"]
         tables["quantize.linear.float8"] = {"recipe_name": "tensorwise", "filter_fqns": ["output"]}
+        if s.fp8_allgather:  # (FSDP2 gathers the weights in fp8; the scales precomputed once per step)
+            tables["quantize.linear.float8"].update(enable_fsdp_float8_all_gather=True,
+                                                    precompute_float8_dynamic_scale_for_fsdp=True)
     if flavor is None:
         tables["experimental"] = {"custom_import": "trainmem_flavor"}
     return tables

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING
 from dataclasses import replace
 
 from trainmem.memory.activations import layer_saved
+from trainmem.memory.fp8_compile import FP8_COMPILE_FAMILIES, compiled_fp8_terms, torchao_compiled_fp8
 from trainmem.memory.layers.base import LAYER_MODELS, LayerModel, LayerSaved, Term, compute_bytes, is_amp, residual_bytes
 from trainmem.memory.layers.family import layer_family
 from trainmem.model.spec import ModelSpec
@@ -84,7 +85,10 @@ def compile_refusal(spec: ModelSpec, setup: TrainingSetup) -> str | None:
                 f"compiled step is not")
     for bad, why in ((setup.tp > 1 or setup.cp > 1, "tensor or context parallelism"),
                      (setup.is_lora and setup.recompute != "full", "LoRA without --recompute full"),
-                     (setup.precision == "fp8", "fp8 linears (torchao Float8Linear's saved set is version-dependent)"),
+                     (setup.precision == "fp8" and setup.fp8_backend == "te", "fp8 te.Linear (--fp8-backend te)"),
+                     (setup.precision == "fp8" and spec.model_type not in FP8_COMPILE_FAMILIES,
+                      f"fp8 linears on {spec.model_type} (the compiled torchao fp8 block is traced for "
+                      f"{', '.join(FP8_COMPILE_FAMILIES)})"),
                      (setup.recompute == "selective" and spec.moe_layer_indices, "--recompute selective on MoE layers")):
         if bad:
             return f"--compile with {why} is not modelled; use --compile with full fine-tuning, --recompute none or full"
@@ -100,10 +104,12 @@ def compile_refusal(spec: ModelSpec, setup: TrainingSetup) -> str | None:
     return None
 
 
-def compiled_layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) -> LayerSaved:
+def compiled_layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, fp8: bool = False) -> LayerSaved:
     """Bytes one compiled decoder layer keeps for backward for one micro-batch on this rank, by term: what the
     min-cut partitioner saves (module docstring); the attention kernel's own tensors as eager
-    (:func:`trainmem.memory.activations.layer_saved`). No recompute (checkpointing: the walk keeps the input)."""
+    (:func:`trainmem.memory.activations.layer_saved`). No recompute (checkpointing: the walk keeps the input).
+    ``fp8`` with torchao's Float8Linear: its linears' inputs recomputed, o_proj's fp8 input kept
+    (:mod:`trainmem.memory.fp8_compile`)."""
     eager = layer_saved(spec, setup.model_copy(update={"compile": False}), layer_idx)
     T = setup.micro_batch * setup.seq_len
     h, a = spec.hidden_size, spec.num_attention_heads
@@ -132,6 +138,8 @@ def compiled_layer_saved(spec: ModelSpec, setup: TrainingSetup, layer_idx: int) 
     add("mlp_down_input", "mlp", lin * i)       # the product / the GELU's output, down_proj's input
     if spec.hidden_dropout > 0:
         add("dropout_masks", "dropout", 2.0 * h)  # bool masks after attention and after the MLP
+    if torchao_compiled_fp8(setup, fp8):
+        terms = compiled_fp8_terms(spec, terms, T)
     return LayerSaved(tuple(terms))
 
 
@@ -210,7 +218,7 @@ def compile_assumptions(setup: TrainingSetup) -> list[str]:
 
 def _layer(spec: ModelSpec, setup: TrainingSetup, layer_idx: int, fp8: bool) -> LayerSaved | None:
     # (LoRA, checkpointed: the layer as eager, see compile_assumptions)
-    return compiled_layer_saved(spec, setup, layer_idx) if setup.compile and not setup.is_lora else None
+    return compiled_layer_saved(spec, setup, layer_idx, fp8) if setup.compile and not setup.is_lora else None
 
 
 def _checkpoint_input(spec: ModelSpec, setup: TrainingSetup) -> int | None:

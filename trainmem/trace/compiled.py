@@ -111,9 +111,24 @@ def _two_layer_model(spec: "ModelSpec", setup: "TrainingSetup"):  # noqa: ANN202
         torch.float16 if setup.precision in ("fp16", "amp-fp16") else torch.bfloat16)
     model = getattr(transformers, spec.architecture)._from_config(config, attn_implementation=setup.attn, dtype=dtype)
     model.train()
+    if setup.precision == "fp8":  # torchao Float8Linear in every decoder linear (torchtitan's converter; head left out)
+        _float8_layers(model)
     base = model.base_model  # (GPT-2 / Falcon: transformer.h; GPT-NeoX: gpt_neox.layers; OPT: model.decoder.layers)
     layers = getattr(base, "layers", None) or getattr(base, "h", None) or base.decoder.layers
     return model, layers, config
+
+
+def _float8_layers(model) -> None:  # noqa: ANN001
+    """torchao's ``convert_to_float8_training`` (tensorwise dynamic scaling, its default config) on every linear but
+    the LM head (torchtitan's float8 converter filters ``output``). Needs torchao (not a trainmem dependency;
+    traced with 0.7.0 and 0.11.0 on torch 2.13 CPU: trainmem/memory/fp8_compile.py)."""
+    try:
+        from torchao.float8 import convert_to_float8_training
+    except ImportError as e:
+        from trainmem.errors import ConfigError
+        raise ConfigError("trace --compile --precision fp8 needs torchao (pip install torchao)") from e
+    head = model.get_output_embeddings()
+    convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: mod is not head)
 
 
 def trace_compiled_layer(spec: "ModelSpec", setup: "TrainingSetup") -> CompiledLayerTrace:

@@ -123,6 +123,7 @@ def _precision(r: Reading) -> None:
     converters = [converters] if isinstance(converters, str) else list(converters)
     if any("float8" in str(c) for c in converters):
         r.set("precision", "fp8", "model.converters float8")
+        _float8_all_gather(r)
         return
     if any(str(c) for c in converters):
         raise r.refuse(f"model.converters {', '.join(map(str, converters))}: trainmem models float8 only")
@@ -136,6 +137,18 @@ def _precision(r: Reading) -> None:
         (r.set if r.has(t + "mixed_precision_param") else r.default)(
             "precision", "amp-bf16",
             t + "mixed_precision_param" if r.has(t + "mixed_precision_param") else f"{_WHO}: mixed_precision_param=bfloat16")
+
+
+def _float8_all_gather(r: Reading) -> None:
+    """``[float8]`` (2024–2025; 0.2.2: ``[quantize.linear.float8]``) ``enable_fsdp_float8_all_gather`` →
+    --fp8-all-gather: FSDP2 gathers the Float8Linear weights in fp8 (torchtitan 0.2.2
+    components/quantization/float8.py: only with data-parallel sharding, which every fsdp2 setup has);
+    ``precompute_float8_dynamic_scale_for_fsdp`` (one all-reduce of the weights' scales per step: 0-d tensors) and
+    ``force_recompute_fp8_weight_in_bwd`` (no fp8 weight is saved under compile either) change no memory."""
+    for sec in ("float8.", "quantize.linear.float8."):
+        if r.bool_(sec + "enable_fsdp_float8_all_gather"):
+            r.set("fp8_allgather", True, sec + "enable_fsdp_float8_all_gather")
+        r.use(sec + "precompute_float8_dynamic_scale_for_fsdp", sec + "force_recompute_fp8_weight_in_bwd")
 
 
 def _checkpoint(r: Reading) -> None:
