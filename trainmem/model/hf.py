@@ -878,7 +878,7 @@ _BUILDERS: dict[str, _Builder] = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "falcon": _falcon, "bert": _bert, "roberta": _bert,
     "nemotron": _nemotron, "opt": _opt, "qwen": _qwen,
 }
-_VLM_TYPES = ("llava", "qwen2_5_vl", "qwen2_vl")
+_VLM_TYPES = ("llava", "llama4", "qwen2_5_vl", "qwen2_vl")
 """Vision-language model_types (trainmem/model/vlm.py ``VLM_MODEL_TYPES``; kept here: no import of it at load)."""
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*_BUILDERS, "gemma3", *_VLM_TYPES]))
 """HF ``model_type`` values understood (``gemma3`` = a multimodal config; its text_config is used)."""

@@ -70,6 +70,13 @@ class _Family:
     """Attribute path of the projector under ``model.model`` (inside the tower for Qwen's merger)."""
     text_type: str | None
     """The described family of the text model (None: the text config's own model_type)."""
+    root: str = "model"
+    """Where ``tower`` and ``projector`` and ``get_image_features`` live: ``model.model`` (Qwen, LLaVA, Gemma 3), or
+    the top-level model itself ("": Llama 4, whose ``vision_model`` and ``multi_modal_projector`` sit beside
+    ``language_model``)."""
+    projects_outside: bool = False
+    """``get_image_features`` returns the tower's output before the projector (Llama 4: ``forward`` applies
+    ``multi_modal_projector`` to ``last_hidden_state``), so the measurement applies the projector itself."""
 
 
 VLM_MODEL_TYPES: dict[str, _Family] = {
@@ -77,6 +84,8 @@ VLM_MODEL_TYPES: dict[str, _Family] = {
     "qwen2_vl": _Family("Qwen2VLForConditionalGeneration", "visual", "visual.merger", "qwen2"),
     "llava": _Family("LlavaForConditionalGeneration", "vision_tower", "multi_modal_projector", None),
     "gemma3": _Family("Gemma3ForConditionalGeneration", "vision_tower", "multi_modal_projector", "gemma3_text"),
+    "llama4": _Family("Llama4ForConditionalGeneration", "vision_model", "multi_modal_projector", None, root="",
+                      projects_outside=True),
 }
 """model_type → its transformers class and where its tower and projector live (transformers 5.24)."""
 
@@ -184,8 +193,8 @@ def _hf_config(transformers: Any, cfg: Mapping[str, Any], text_layers: int | Non
     return config_for_model(transformers, model_type, raw)
 
 
-def _module(model: Any, path: str) -> Any:
-    out = model.model
+def _module(model: Any, path: str, root: str = "model") -> Any:
+    out = getattr(model, root) if root else model
     for part in path.split("."):
         out = getattr(out, part)
     return out
@@ -198,7 +207,7 @@ def _vision_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], fam: _
     config = _hf_config(transformers, cfg)
     with torch.device("meta"):
         model = _build(transformers, torch, config, fam.architecture)
-    tower, proj = _module(model, fam.tower), _module(model, fam.projector)
+    tower, proj = _module(model, fam.tower, fam.root), _module(model, fam.projector, fam.root)
     in_proj = {id(p) for p in proj.parameters()}
     vc = config.vision_config
     if fam.tower == "visual":
@@ -206,6 +215,10 @@ def _vision_fields(torch: Any, transformers: Any, cfg: Mapping[str, Any], fam: _
     elif hasattr(config, "mm_tokens_per_image"):  # Gemma 3: the projector average-pools the patches to 256 tokens
         side = int(vc.image_size) // int(vc.patch_size)
         tokens, extra = int(config.mm_tokens_per_image), 0
+        per_token = side * side // tokens
+    elif getattr(vc, "pixel_shuffle_ratio", None):  # Llama 4: a tile's side² patches (+ CLS), pixel-shuffled
+        side = int(vc.image_size) // int(vc.patch_size)  # by ratio² (0.5² = 1/4) to the tokens of the tile
+        tokens, extra = int(side * side * float(vc.pixel_shuffle_ratio) ** 2), 1
         per_token = side * side // tokens
     else:
         side = int(vc.image_size) // int(vc.patch_size)
@@ -327,9 +340,15 @@ def _measure_once(torch: Any, model: Any, vt: VisionTower, config: Any, images: 
         for t in [*model.parameters(), *model.buffers(), *(v for v in kwargs.values() if isinstance(v, torch.Tensor))]:
             tracker.observe_storage(t.untyped_storage())  # (seen through views: counted as there before)
         base = tracker.allocated
+        fam = VLM_MODEL_TYPES[vt.model_type]
         with torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext():
-            out = model.model.get_image_features(**kwargs)
-        feats = out.pooler_output
+            out = _module(model, "get_image_features", fam.root)(**kwargs)
+            if fam.projects_outside:  # Llama 4: forward projects the flattened tower output itself
+                hidden = out.last_hidden_state
+                feats = _module(model, fam.projector, fam.root)(hidden.view(-1, hidden.size(-1)))
+                del hidden
+            else:
+                feats = out.pooler_output
         del out
         feats = tuple(feats) if isinstance(feats, (tuple, list)) else (feats,)
         held = {id(t.untyped_storage()): t.untyped_storage().nbytes() for t in feats}
@@ -372,7 +391,7 @@ def _runs(vt: VisionTower, mode: str, attn: str, state: str, recompute: bool,
         stack.enter_context(cuda_sdpa())
         stack.enter_context(cuda_autocast(None))
         model.train()
-        tower, proj = _module(model, fam.tower), _module(model, fam.projector)
+        tower, proj = _module(model, fam.tower, fam.root), _module(model, fam.projector, fam.root)
         for p in model.parameters():
             p.requires_grad_(False)
         trained = [*tower.parameters(), *proj.parameters()] if state == "trained" else [*proj.parameters()]

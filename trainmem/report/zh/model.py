@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 EXACT: dict[str, str] = {
+    "Llama 4's mixture-of-experts layers (Llama4TextMoe, transformers 5.24 modeling_llama4.py) run every expert on "
+    "every token: the router's sigmoid top-k scores (0 for the others) scale num_local_experts copies of the tokens, "
+    "batched through torch.bmm; what they save grows with tokens·num_local_experts, not tokens·top_k, and is measured "
+    "so":
+        "Llama 4 的混合专家层（Llama4TextMoe，transformers 5.24 modeling_llama4.py）让每个专家处理每个 token：路由器的 "
+        "sigmoid top-k 分数（其余为 0）缩放 num_local_experts 份 token 副本，经 torch.bmm 批量计算；它们为反向保存的张量随 "
+        "tokens·num_local_experts 增长，而不是 tokens·top_k，并按此测量",
     "the hub has no such repository (a private one needs HF_TOKEN)":
         "Hugging Face Hub 上没有这个仓库（私有仓库需要设置 HF_TOKEN）",
     "the hub repository has no config.json": "该 Hugging Face Hub 仓库没有 config.json",
