@@ -7,6 +7,7 @@ format             detected by                                 stack
 =================  ==========================================  =============
 torchtune          ``model._component_: torchtune.…``           torchtune
 axolotl            ``base_model`` / ``micro_batch_size``        axolotl
+ms-swift           ``tuner_type`` / ``train_type``, ``model`` as a string …  ms-swift
 llama-factory      ``stage`` / ``finetuning_type`` / ``cutoff_len`` …  llama-factory
 litgpt             ``checkpoint_dir`` / ``train.micro_batch_size``  litgpt
 accelerate         ``distributed_type`` / ``compute_environment``   accelerate
@@ -35,13 +36,13 @@ from trainmem.frameworks.readers._base import FileSetup, Reading, load_text, par
 __all__ = ["FileSetup", "read_config", "merge_fields", "file_setup", "FORMATS", "FLAGS"]
 
 FORMATS = ("torchtune", "axolotl", "llama-factory", "litgpt", "accelerate", "nemo", "hf", "deepspeed", "torchtitan",
-           "megatron")
+           "megatron", "ms-swift")
 #: The command-line flag of each setup field (for the error lines).
 FLAGS = {"recompute": "--recompute", "grad_accum": "--grad-accum", "dp": "--dp/--gpus", "stage_layers": "--stage-layers",
          "optimizer_in_backward": "--optimizer-in-backward"}
 _STACK = {"torchtune": "torchtune", "axolotl": "axolotl", "llama-factory": "llama-factory", "litgpt": "litgpt",
           "accelerate": "accelerate", "nemo": "megatron", "hf": "hf-trainer", "trl": "hf-trainer",
-          "deepspeed": "deepspeed", "torchtitan": "torchtitan", "megatron": "megatron"}
+          "deepspeed": "deepspeed", "torchtitan": "torchtitan", "megatron": "megatron", "ms-swift": "ms-swift"}
 _UNKNOWN = ("not a config trainmem reads: axolotl, LLaMA-Factory, torchtune, litgpt, HF TrainingArguments / TRL, "
             "DeepSpeed, Accelerate, torchtitan, Megatron-LM arguments or NeMo YAML")
 
@@ -95,11 +96,11 @@ def _syntax(text: str, path: str) -> str:
 
 def _detect(data: dict, syntax: str) -> str | None:
     from trainmem.frameworks.readers import (accelerate, axolotl, deepspeed, hf, litgpt, llama_factory, megatron,
-                                             torchtitan, torchtune)
+                                             ms_swift, torchtitan, torchtune)
     if syntax == "toml":
         return "torchtitan" if torchtitan.is_torchtitan(data) else None
     checks = (("torchtune", torchtune.is_torchtune), ("nemo", megatron.is_nemo), ("axolotl", axolotl.is_axolotl),
-              ("accelerate", accelerate.is_accelerate), ("litgpt", litgpt.is_litgpt),
+              ("accelerate", accelerate.is_accelerate), ("litgpt", litgpt.is_litgpt), ("ms-swift", ms_swift.is_ms_swift),
               ("llama-factory", llama_factory.is_llama_factory), ("deepspeed", deepspeed.is_deepspeed),
               ("hf", hf.is_hf))
     for name, test in checks:
@@ -110,13 +111,15 @@ def _detect(data: dict, syntax: str) -> str | None:
 
 def _dispatch(fmt: str, r: Reading, base: Path, text: str) -> None:
     from trainmem.frameworks.readers import (accelerate, axolotl, deepspeed, hf, litgpt, llama_factory, megatron,
-                                             torchtitan, torchtune)
+                                             ms_swift, torchtitan, torchtune)
     if fmt == "torchtune":
         torchtune.read_torchtune(r, text)
     elif fmt == "axolotl":
         axolotl.read_axolotl(r, base)
     elif fmt == "llama-factory":
         llama_factory.read_llama_factory(r, base)
+    elif fmt == "ms-swift":
+        ms_swift.read_ms_swift(r, base)
     elif fmt == "litgpt":
         litgpt.read_litgpt(r, base)
     elif fmt == "accelerate":
@@ -131,15 +134,21 @@ def _dispatch(fmt: str, r: Reading, base: Path, text: str) -> None:
         torchtitan.read_torchtitan(r)
 
 
-def merge_fields(file: FileSetup, cli: dict[str, Any]) -> dict[str, Any]:
+def merge_fields(file: FileSetup, cli: dict[str, Any], model: str | None = None) -> dict[str, Any]:
     """The setup fields of a run: the command line's set values (not None) over the file's. A file value trainmem
-    cannot express (``file.blocked``) is refused unless the command line gives that field."""
+    cannot express (``file.blocked``) is refused unless the command line gives that field. LoRA targets the file
+    gives as a regex (``file.lora_regex``) are matched on ``model`` (else the file's), unless the command line
+    gives ``lora_targets``."""
     given = {k: v for k, v in cli.items() if v is not None}
     for fld, why in file.blocked.items():
         if fld not in given:
             flag = FLAGS.get(fld, "--" + fld.replace("_", "-"))
             raise ConfigError(f"--from {shown(file.path)}: {why}; give {flag} to choose")
-    return {**file.fields, **given}
+    out = {**file.fields, **given}
+    if file.lora_regex is not None and "lora_targets" not in given:
+        from trainmem.frameworks.readers.peft_regex import resolve_regex
+        out["lora_targets"] = resolve_regex(file, model or file.model)
+    return out
 
 
 def file_setup(path: str, cli: dict[str, Any], model: str | None,
@@ -149,7 +158,7 @@ def file_setup(path: str, cli: dict[str, Any], model: str | None,
     the model: ``model`` when given, else the one the file names; the file read). A model given that differs from
     the file's is noted; no model at all is refused when ``model_required``."""
     file = read_config(path)
-    fields = merge_fields(file, cli)
+    fields = merge_fields(file, cli, model)
     notes = file.notes()
     if model is None:
         if file.model is None and model_required:
@@ -177,7 +186,7 @@ def plan_inputs(path: str, model: str | None, seq_len: int | None, precision: st
     keeps (``keys``: trainmem.python_api.PLAN_EXTRA_KEYS; optimizer, attention, LoRA, ...) and ``stack``. The file's
     layout (engine, degrees, ZeRO, recompute, micro-batch) is what the planner searches; the notes say so."""
     file = read_config(path)
-    fields = merge_fields(file, {})
+    fields = merge_fields(file, {}, model)
     notes = file.notes()
     if model is None:
         if file.model is None:

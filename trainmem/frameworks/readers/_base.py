@@ -51,6 +51,9 @@ class FileSetup:
     blocked: dict[str, str] = field(default_factory=dict)
     """Setup field → why the file's value for it cannot be expressed: refused unless the command line gives
     that field (see :func:`trainmem.frameworks.readers.merge_fields`)."""
+    lora_regex: tuple[str, str] | None = None
+    """(key, regex): LoRA targets given as one regular expression (PEFT full-matches it on the module names), matched
+    on the run's model when the setup is merged (trainmem/frameworks/readers/peft_regex.py)."""
 
     def notes(self) -> list[str]:
         """The assumption lines, one per value: from the file (its key), from the framework's defaults (their

@@ -132,9 +132,16 @@ def _adapter(r: Reading) -> None:
     r.set("lora_rank", rank, "lora_r")
     r.lora_dropout("lora_dropout")
     targets = r.get("lora_target_modules") or []
+    regex = targets if isinstance(targets, str) else None
     targets = [targets] if isinstance(targets, str) else list(targets)
     if r.bool_("lora_target_linear"):
         r.set("lora_targets", "all-linear", "lora_target_linear")
+    elif regex is not None:  # loaders/adapter.py load_lora passes a str on: PEFT full-matches it (peft_regex.py)
+        from trainmem.frameworks.readers.peft_regex import check_regex
+        why = check_regex(regex)
+        if why is not None:
+            raise r.refuse(f"lora_target_modules {regex!r} is not a regular expression (re.compile refuses it)")
+        r.out.lora_regex = ("lora_target_modules", regex)
     elif targets:
         r.set("lora_targets", ",".join(str(t) for t in targets), "lora_target_modules")
     else:
