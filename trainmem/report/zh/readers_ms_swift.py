@@ -5,6 +5,9 @@ targets (readers/peft_regex.py): assumption lines and one-line refusals (format:
 from __future__ import annotations
 
 EXACT: dict[str, str] = {
+    "a regex of LoRA targets is matched on the model's module names: needs torch and transformers "
+    "(pip install 'trainmem[trace]')":
+        "LoRA 目标的正则表达式要在模型的模块名上匹配：需要 torch 和 transformers（pip install 'trainmem[trace]'）",
     "padding_free on: modelled as micro-batch sequences of the full max_length":
         "padding_free 已开启：按 micro-batch 条完整 max_length 长的序列估算",
     # ------------------------------------------------------------------ refusals (after "--from FILE: ")
@@ -30,6 +33,16 @@ EXACT: dict[str, str] = {
 }
 
 PATTERNS: list[tuple[str, str]] = [
+    ("--from {p}: {k:w} is a regex (PEFT full-matches it on the module names)",
+     "--from {p}：{k} 是正则表达式（PEFT 在模块名上做全匹配）"),
+    ("{h}: the file names no model to match it on; give MODEL or --lora-targets",
+     "{h!t}：文件里没有可供匹配的模型；请给出 MODEL 或 --lora-targets"),
+    ("{h}: on {m} it {e}; give --lora-targets", "{h!t}：在 {m} 上 {e}；请给出 --lora-targets"),
+    ("{h}, not matched: {e}; give --lora-targets", "{h!t}，无法匹配：{e!t}；请给出 --lora-targets"),
+    ("{m:w}: transformers has no class {a:w} to read the module names from",
+     "{m}：transformers 里没有可读取模块名的类 {a}"),
+    ("{m:w}: the decoder layers of {a:w} are not one ModuleList of {n:d} (found {f:d})",
+     "{m}：{a} 的解码层不是一个长度为 {n} 的 ModuleList（找到 {f} 个）"),
     ("deepspeed {n:w}: the DeepSpeed JSON ms-swift ships, swift/config/{f:w}",
      "deepspeed {n}：ms-swift 自带的 DeepSpeed 配置，swift/config/{f}"),
     ("quant_bits {b:w} without quant_method: ms-swift quantizes nothing (a pre-quantized AWQ/GPTQ checkpoint is not "
