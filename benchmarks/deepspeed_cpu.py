@@ -128,8 +128,8 @@ class _PhaseTimeline:
         peaks = cls.peaks
 
         class PhaseTimeline(Timeline):
-            def alloc(self, key: str, category: str, n_bytes: int, *, count: int = 1) -> None:
-                super().alloc(key, category, n_bytes, count=count)
+            def alloc(self, key: str, category: str, n_bytes: int, **kw: object) -> None:
+                super().alloc(key, category, n_bytes, **kw)
                 k = _phase_kind(self.phase)
                 peaks[k] = max(peaks.get(k, 0), self.current)
 
