@@ -127,6 +127,7 @@ def test_every_supported_model_type_is_tested():
     tested = {c["model_type"] for c in (*FAMILY_CONFIGS.values(), *MINIMAL_CONFIGS.values(),
                                         *GPT_OSS_CONFIGS.values())} | {"gemma3"}
     tested |= {"llava", "qwen2_5_vl", "qwen2_vl"}  # vision-language: tests/model/test_vlm.py (meta-built counts)
+    tested |= {"llama4"}  # tests/model/test_llama4.py: Scout / Maverick counts against the meta-built model
     # Qwen1 (remote code, no transformers class to compare with): counted by hand in tests/model/test_catalog.py
     # (test_qwen1_7b_count_by_hand) and tests/memory/test_qwen1_bnb_legacy.py
     tested |= {"qwen"}
