@@ -88,7 +88,7 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("fp8_params", _B, "--fp8-params", "megatron fp8: layer weights stored in fp8 (--fp8-param-gather; --zero 1)"),
     ("fp8_backend", _S, "--fp8-backend", "fp8 linears: torchao (Float8Linear, torchtitan; fsdp2 default) | te "
                                          "(Transformer Engine te.Linear: Accelerate TE backend, llm-foundry; megatron)"),
-    ("fp8_allgather", _B, "--fp8-all-gather", "fsdp2 torchao fp8: all-gather the linears' weights in fp8 "
+    ("fp8_allgather", _B, "--fp8-allgather", "fsdp2 torchao fp8: all-gather the linears' weights in fp8 "
                                               "(torchtitan enable_fsdp_float8_all_gather)"),
     ("megatron_deepspeed", _B, "--megatron-deepspeed", "megatron with --pp: DeepSpeed's PipelineEngine and "
                                                         "BF16_Optimizer run the step (Megatron-DeepSpeed)"),

@@ -387,7 +387,7 @@ class TrainingSetup(BaseModel):
         if p == "fp8" and self.fp8_backend is None:
             object.__setattr__(self, "fp8_backend", "te" if e == "megatron" else "torchao")
         if self.fp8_allgather and (e != "fsdp2" or p != "fp8" or self.fp8_backend != "torchao"):
-            raise ValueError("--fp8-all-gather needs --engine fsdp2 with --precision fp8 (torchao Float8Linear)")
+            raise ValueError("--fp8-allgather needs --engine fsdp2 with --precision fp8 (torchao Float8Linear)")
         if p not in RECIPES[e]:
             raise ValueError(f"{p} is not a recipe of the {e} engine; use {_RECIPE_HINT[e]}")
         if self.dp * self.tp * self.pp * self.cp != (1 if self.device_map else self.gpus):

@@ -63,7 +63,7 @@ def test_fsdp_float8_all_gather_by_hand() -> None:
 
 
 def test_refusals() -> None:
-    with pytest.raises(ConfigError, match="--fp8-all-gather needs"):
+    with pytest.raises(ConfigError, match="--fp8-allgather needs"):
         make_setup(engine="fsdp2", precision="amp-bf16", fp8_allgather=True)
     gpt2 = spec_from_hf_config(TINY["gpt2"], name="gpt2")
     with pytest.raises(ConfigError, match="fp8 linears on gpt2"):
@@ -108,7 +108,7 @@ force_recompute_fp8_weight_in_bwd = true
 
 def test_torchtitan_reader_float8_all_gather(tmp_path) -> None:
     """The H200 benchmark's flags (torchtitan bcdeaa37 benchmarks/llama3_8b_h200_2025-06_torchtitan.md) as a TOML:
-    --fp8-all-gather; precompute / force_recompute read, no memory effect; 0.2.2's [quantize.linear.float8] too."""
+    --fp8-allgather; precompute / force_recompute read, no memory effect; 0.2.2's [quantize.linear.float8] too."""
     from trainmem.frameworks.readers import read_config
 
     p = tmp_path / "h200.toml"

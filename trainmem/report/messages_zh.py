@@ -106,8 +106,8 @@ EXACT: dict[str, str] = {
         "显存按 amp-bf16 计；每个线性层为反向保存一份 fp8 输入（每元素 1 B），以及未分片权重的 fp8 副本和转置"
         "（每个权重 2 B，各层从前向一直活到反向，按整步计入）；LM head 仍为 bf16",
     "--fp8-backend needs --precision fp8": "--fp8-backend 需要配合 --precision fp8",
-    "--fp8-all-gather needs --engine fsdp2 with --precision fp8 (torchao Float8Linear)":
-        "--fp8-all-gather 需要 --engine fsdp2 且 --precision fp8（torchao Float8Linear）",
+    "--fp8-allgather needs --engine fsdp2 with --precision fp8 (torchao Float8Linear)":
+        "--fp8-allgather 需要 --engine fsdp2 且 --precision fp8（torchao Float8Linear）",
     "trace --compile --precision fp8 needs torchao (pip install torchao)":
         "trace --compile --precision fp8 需要 torchao（pip install torchao）",
     "loss fused-ce: flash-attn's CrossEntropyLoss saves the 16-bit logits for its backward (they outlive a dropped "

@@ -141,7 +141,7 @@ def _precision(r: Reading) -> None:
 
 def _float8_all_gather(r: Reading) -> None:
     """``[float8]`` (2024–2025; 0.2.2: ``[quantize.linear.float8]``) ``enable_fsdp_float8_all_gather`` →
-    --fp8-all-gather: FSDP2 gathers the Float8Linear weights in fp8 (torchtitan 0.2.2
+    --fp8-allgather: FSDP2 gathers the Float8Linear weights in fp8 (torchtitan 0.2.2
     components/quantization/float8.py: only with data-parallel sharding, which every fsdp2 setup has);
     ``precompute_float8_dynamic_scale_for_fsdp`` (one all-reduce of the weights' scales per step: 0-d tensors) and
     ``force_recompute_fp8_weight_in_bwd`` (no fp8 weight is saved under compile either) change no memory."""
