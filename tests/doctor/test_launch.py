@@ -28,6 +28,7 @@ PER_FORMAT = [
     ("deepspeed_configs_zero2.json", "llama-3.2-1b"),
     ("torchtitan_llama3_8b.toml", None),
     ("megatron_train_llama3_8b_h100_fp8.sh", None),
+    ("ms_swift_sft.yaml", None),
 ]
 
 
