@@ -197,3 +197,26 @@ def test_nemotron_h_mixer_slot_of_an_mlp_class_is_the_mlp_and_agrees_under_recom
     assert spec.derived.layer_kinds == (0, 1, 2, 1, 0, 1)
     err = compare(spec, make_setup(**SETUPS["recompute"])).peak_error
     assert abs(err) < 0.03, err
+
+
+ZAMBA2 = dict(model_type="zamba2", hidden_size=256, num_attention_heads=4, vocab_size=512, mamba_d_state=16,
+              intermediate_size=512, num_hidden_layers=4, layers_block_type=["mamba", "hybrid", "mamba", "hybrid"])
+
+
+def test_zamba2_shared_transformer_is_refused_in_one_line_with_exit_2(tmp_path, capsys):
+    """Zamba2's hybrid layers 1 and 3 call one shared transformer block (num_mem_blocks 1, modeling_zamba2.py @
+    transformers 5.24): the parameter count by layer counted it twice (5,293,536 vs the build's 3,654,368) and
+    estimate raised a RuntimeError traceback; now one line naming the shared parameter, exit 2."""
+    import json
+
+    from trainmem.cli import main
+    with pytest.raises(UnsupportedError, match=r"layers 1 and 3 share the parameter 'shared_transformer\.") as err:
+        spec_from_hf_config(ZAMBA2, name="zamba2")
+    assert "\n" not in str(err.value)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(ZAMBA2))
+    assert main(["estimate", str(path), "--seq-len", "128"]) == 2
+    err_text = capsys.readouterr().err
+    assert "Zamba2ForCausalLM: layers 1 and 3 share" in err_text and "Traceback" not in err_text
+    assert main(["estimate", str(path), "--seq-len", "128", "--lang", "zh"]) == 2
+    assert "共享" in capsys.readouterr().err

@@ -389,6 +389,21 @@ def _param_counts(torch: Any, model: Any, n_layers: int) -> tuple[ParamCounts, b
     return counts, tied, layers
 
 
+def _refuse_shared_layers(model: Any, layers: tuple[Any, ...]) -> None:
+    """Refuse a model whose layers hold the same parameter (one line): Zamba / Zamba2 call one shared
+    transformer block from several hybrid layers (``Zamba2HybridLayer.shared_transformer`` is one of
+    ``num_mem_blocks`` ``Zamba2AttentionDecoderLayer`` s, modeling_zamba2.py @ transformers 5.24), so per-layer
+    weights, gradients, optimizer states and FSDP units would each count it once per layer."""
+    owner: dict[int, int] = {}
+    for i, layer in enumerate(layers):
+        for name, p in layer.named_parameters():
+            j = owner.setdefault(id(p), i)
+            if j != i:
+                raise UnsupportedError(
+                    f"{type(model).__name__}: layers {j} and {i} share the parameter {name!r}; layers that share "
+                    f"weights (Zamba's shared transformer blocks) are not supported")
+
+
 def component_counts(torch: Any, model: Any, layers: tuple[Any, ...], layer_params: Any,
                      who: str) -> tuple[ParamCounts, bool]:
     """(counts by component, tied head) of a meta-device ``model`` whose transformer layers are ``layers``
@@ -396,6 +411,7 @@ def component_counts(torch: Any, model: Any, layers: tuple[Any, ...], layer_para
     positions), norms outside the layers, an untied head and the rest, each parameter once; their sum is
     checked against ``sum(p.numel() for p in model.parameters())``. Shared by the decoder-only and the
     encoder–decoder (derive_seq2seq) builds."""
+    _refuse_shared_layers(model, layers)
     emb = model.get_input_embeddings()
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is emb.weight

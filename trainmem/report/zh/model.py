@@ -68,6 +68,9 @@ PATTERNS: list[tuple[str, str]] = [
      "保存的张量没有建模（Mamba-2 混合器有）"),
     ("attn eager: {mt} has no sdpa attention in transformers ({a})", "attn eager：transformers 中 {mt} 没有 sdpa 注意力（{a}）"),
     ("{a}: no list of {n:d} decoder layers found to derive from", "{a}：找不到由 {n} 个解码器层组成的列表，无法推导"),
+    ("{a}: layers {i:d} and {j:d} share the parameter {p}; layers that share weights (Zamba's shared transformer "
+     "blocks) are not supported",
+     "{a}：第 {i} 层和第 {j} 层共享参数 {p}；层之间共享权重（Zamba 的共享 transformer 块）不受支持"),
     ("config.json (model_type {mt}): transformers refuses it: {e}", "config.json（model_type {mt}）：transformers 拒绝了它：{e}"),
     ("transformers cannot build {a} from this config: {e}", "transformers 无法用这个配置构建 {a}：{e}"),
     ("transformers cannot run {a} on this config: {e}", "transformers 无法在这个配置上运行 {a}：{e}"),
