@@ -74,7 +74,7 @@ def mfu_peak_flops_per_s(dev: Device, precision: str) -> float:
     family) ``precision`` asks for — fp8 → fp8, fp32 → fp32 (non-TF32), every 16-bit recipe (bf16, fp16,
     amp-*, mixed-*) → 16-bit — not of the kernel path an engine falls back to. PaLM's MFU (Chowdhery et
     al. 2022, Appendix B) divides achieved model FLOP/s by the hardware's peak for the training's format; a
-    recipe an engine runs in fp32 (torchtitan's TP without FSDP: trainmem.memory.activations.tp_only_fp32)
+    recipe an engine runs in fp32 (torchtitan's TP without FSDP: trainmem.memory.layers.base.tp_only_fp32)
     is charged against the 16-bit peak it was chosen for, so MFU and tokens/s tell the same story."""
     if precision == "fp8":
         return dev.peak8_flops

@@ -19,7 +19,7 @@ class TorchEngine(Engine):
         if s.engine == "fsdp2":
             notes.append("fsdp2 with tensor parallelism only (dp = cp = 1): no fully_shard, as torchtitan runs it; "
                          "each rank holds its TP shard of parameters, gradients and optimizer states")
-            if s.precision in ("amp-bf16", "amp-fp16"):  # activations.tp_only_fp32
+            if s.precision in ("amp-bf16", "amp-fp16"):  # layers.base.tp_only_fp32
                 notes.append("fsdp2 with tensor parallelism only: torchtitan disables mixed precision without "
                              "FSDP (maybe_enable_amp), so the amp recipe computes in fp32")
         T = rp.trainable
