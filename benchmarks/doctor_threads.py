@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT / "benchmarks" / "oom_threads.json"
 DOC = ROOT / "docs" / "doctor.md"
 BARE_OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory."
-SPLITS = ("dev", "held_out", "held_out_2")
+SPLITS = ("dev", "held_out", "held_out_2", "held_out_3")
 """The splits, reported apart: dev (rules changed from it), held-out (frozen 2026-12-01), the second held-out batch
-(frozen 2026-12-02)."""
+(frozen 2026-12-02), the third held-out batch (frozen 2026-12-02, after the second had been scored)."""
 
 #: fix label → pattern on a fix's action text (the doctor's wording: trainmem/doctor/fixes.py, trainmem/plan/compare.py)
 FIX_LABELS: dict[str, str] = {
@@ -159,7 +159,7 @@ def _row(label: str, s: dict) -> str:
 
 
 def _label(split: str) -> str:
-    return {"held_out_2": "held-out batch 2"}.get(split, split.replace("_", "-"))
+    return {"held_out_2": "held-out batch 2", "held_out_3": "held-out batch 3"}.get(split, split.replace("_", "-"))
 
 
 def table(rows: list[Judged]) -> str:

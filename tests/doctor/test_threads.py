@@ -80,6 +80,19 @@ def test_second_held_out_batch_is_new_repositories() -> None:
     assert not {r.lower() for r in meta["repos"]} & others
 
 
+def test_third_held_out_batch_is_new_repositories() -> None:
+    """held_out_3: >= 12 threads, its repositories listed, frozen with its date, none in the other splits or the
+    excluded list (collected after the second held-out batch was scored)."""
+    data = _bench().load()
+    meta = data["held_out_3"]
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", meta["frozen"]) and meta["frozen"] >= data["held_out_2"]["frozen"]
+    third = [t for t in data["threads"] if t["split"] == "held_out_3"]
+    assert len(third) >= 12 and sorted({t["repo"] for t in third}, key=str.lower) == meta["repos"]
+    others = {t["repo"].lower() for t in data["threads"] if t["split"] != "held_out_3"}
+    others |= {"/".join(x["url"].split("/")[3:5]).lower() for x in data["excluded"]}
+    assert not {r.lower() for r in meta["repos"]} & others
+
+
 @pytest.mark.parametrize(("action", "label"), [
     ("gradient accumulation (--micro-batch 1 --grad-accum 8)", "micro_batch"),
     ("activation recomputation (--recompute full)", "recompute"),
