@@ -86,7 +86,8 @@ def plan_cmd(
         from trainmem.frameworks.readers import plan_inputs
         from trainmem.python_api import PLAN_EXTRA_KEYS
         model, seq_len, precision, global_batch, file_extra, file_notes = plan_inputs(
-            from_file, model, seq_len, precision, global_batch, PLAN_EXTRA_KEYS + _VISION_KEYS)
+            from_file, model, seq_len, precision, global_batch, PLAN_EXTRA_KEYS + _VISION_KEYS,
+            cli={"lora_targets": lora_targets, "lora_rank": lora_rank or None, "optimizer": optimizer, "attn": attn})
     if model is None:
         raise ConfigError("missing the MODEL argument (a catalog name, a config.json path or a size like 7B), "
                           "or give --from FILE")

@@ -176,3 +176,18 @@ def test_assumption_lines_are_chinese(text: str, tmp_path: Path) -> None:
 def test_example_assumption_lines_are_chinese(name: str) -> None:
     left = {line: _left(line) for line in read_config(str(CONFIGS / name)).notes()}
     assert not {k: v for k, v in left.items() if v}, "\n".join(k for k, v in left.items() if v)
+
+
+def test_plan_from_file_takes_seq_len_given_on_the_command_line(capsys) -> None:
+    """plan --from merges the command line's --seq-len over the file as estimate does: ms-swift's ray sft.yaml
+    leaves max_length unset (refused without --seq-len); with it the plan runs at 4096 tokens per sequence (it
+    was refused even with --seq-len: plan_inputs merged the file without the command line)."""
+    from trainmem.cli import main
+    path = str(CONFIGS / "ms_swift_ray_sft.yaml")
+    args = ["plan", "--from", path, "--cluster", "8xH100-SXM-80G", "--global-batch", "16", "--top", "1", "--json"]
+    assert main(args) == 2
+    assert "max_length not set" in capsys.readouterr().err
+    assert main(args + ["--seq-len", "4096"]) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    p = out["plans"][0]
+    assert p["tokens_per_step"] == 16 * 4096 and p["micro_batch"] * p["grad_accum"] * p["dp"] == 16

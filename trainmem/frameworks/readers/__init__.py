@@ -179,14 +179,18 @@ _LAYOUT = ("engine", "gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "zero", "offlo
 
 
 def plan_inputs(path: str, model: str | None, seq_len: int | None, precision: str | None, global_batch: int,
-                keys: tuple[str, ...]) -> tuple[str, int | None, str | None, int, dict[str, Any], list[str]]:
+                keys: tuple[str, ...], cli: dict[str, Any] | None = None,
+                ) -> tuple[str, int | None, str | None, int, dict[str, Any], list[str]]:
     """``trainmem plan --from FILE``: (model, seq_len, precision, global_batch, extra, notes) with what the command
     line left unset taken from the file: its model, sequence length, precision, global batch (micro-batch ×
     accumulation × data-parallel degree, when the file gives its world size) and the recipe fields the planner
     keeps (``keys``: trainmem.python_api.PLAN_EXTRA_KEYS; optimizer, attention, LoRA, ...) and ``stack``. The file's
-    layout (engine, degrees, ZeRO, recompute, micro-batch) is what the planner searches; the notes say so."""
+    layout (engine, degrees, ZeRO, recompute, micro-batch) is what the planner searches; the notes say so.
+    ``seq_len`` and ``cli`` (the other setup fields the command line gives; None: not given) are merged over the
+    file as :func:`merge_fields` does for estimate: a value the file cannot express (ms-swift without
+    ``max_length``) is refused only when the command line does not give it, given LoRA targets win over a regex."""
     file = read_config(path)
-    fields = merge_fields(file, {}, model)
+    fields = merge_fields(file, {**(cli or {}), "seq_len": seq_len}, model)
     notes = file.notes()
     if model is None:
         if file.model is None:
