@@ -284,3 +284,27 @@ def test_torchtune_lora_modules_count_as_torchtune_builds_them(tmp_path) -> None
     out.write_text(path.read_text().replace("apply_lora_to_output: False", "apply_lora_to_output: True"))
     got = trainmem.estimate(None, from_file=str(out)).to_dict()["n_trainable_params"]
     assert got == 32 * per_layer + r * (h + 128256)
+
+
+@pytest.mark.parametrize("config, loss, eager", [
+    ("torchtune_llama3_2_1B_full_single_device.yaml", "torch.nn.CrossEntropyLoss", True),
+    ("torchtune_llama3_1_8B_lora.yaml", "torch.nn.CrossEntropyLoss", True),            # lora_finetune_distributed
+    ("torchtune_llama3_2_1B_lora_single_device.yaml", "torch.nn.CrossEntropyLoss", False),
+    ("torchtune_llama3_2_1B_full_single_device.yaml", "torchtune.modules.loss.CEWithChunkedOutputLoss", False),
+])
+def test_torchtune_compile_leaves_a_plain_loss_eager_where_the_recipe_drops_compile_loss(tmp_path, config, loss,
+                                                                                        eager) -> None:
+    """torchtune 0.6.1 ``training.compile_loss`` returns ``torch.compile(loss)`` for a loss other than the chunked
+    one (which it patches in place); full_finetune_single_device.py, full_finetune_distributed.py and
+    lora_finetune_distributed.py drop that return, lora_finetune_single_device.py assigns it: compile with
+    torch.nn.CrossEntropyLoss reads as --no-compile-loss in the first three only."""
+    import re
+    text = (CONFIGS / config).read_text()
+    text = re.sub(r"(?m)^compile: \w+", "compile: True", text)
+    text = re.sub(r"(?m)^(loss:\n  _component_: )\S+", lambda m: m[1] + loss, text)
+    assert "compile: True" in text and loss in text
+    path = tmp_path / config
+    path.write_text(text)
+    fields = read_config(str(path)).fields
+    assert fields["compile"] is True
+    assert fields.get("no_compile_loss", False) is eager

@@ -207,9 +207,9 @@ def compile_assumptions(setup: TrainingSetup) -> list[str]:
         out.append("torch.compile with --recompute selective: torchtitan's op-level SAC tags honoured by the partitioner "
                    "(PREFER_RECOMPUTE recomputed, MUST_SAVE kept where backward reads it): eager SAC's saved set less "
                    "the block's last matmul output when the policy saves it (trainmem/memory/compile.py)")
-    out.append("warning: on the one published GPU measurement of compile's memory (torchtune, Llama-3.2-3B bf16, "
-               "benchmarks/published_points.json) compile saved 9 GiB where this model saves 16.6 GiB: read the compiled "
-               "estimate as a lower bound of the peak")
+    out.append("compile on a GPU, one published measurement (torchtune, Llama-3.2-3B bf16, layers compiled, the loss "
+               "eager as its full_finetune_single_device recipe runs it; benchmarks/published_points.json): compile saved "
+               "9 GiB, this model 8.75 GiB; the compiled loss has no GPU measurement")
     if setup.recompute == "full":
         out.append("torch.compile with --recompute full: each checkpointed block is compiled with its checkpoint "
                    "(torchtitan apply_ac, then apply_compile): it keeps its input; its recompute is the compiled saved set")

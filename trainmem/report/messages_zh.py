@@ -460,11 +460,12 @@ EXACT: dict[str, str] = {
     "invalid continuation byte": "非法的后续字节",
     "unexpected end of data": "数据意外结束",
     # ------------------------------------------------------------------ adapters (setup.py, memory/engines/base.py)
-    "warning: on the one published GPU measurement of compile's memory (torchtune, Llama-3.2-3B bf16, "
-    "benchmarks/published_points.json) compile saved 9 GiB where this model saves 16.6 GiB: read the compiled "
-    "estimate as a lower bound of the peak":
-        "警告：在唯一一个公开的 compile 显存 GPU 实测（torchtune，Llama-3.2-3B bf16，benchmarks/published_points.json）中，"
-        "compile 节省了 9 GiB，而本模型算出 16.6 GiB：请把 compile 下的估算视为峰值的下界",
+    "compile on a GPU, one published measurement (torchtune, Llama-3.2-3B bf16, layers compiled, the loss "
+    "eager as its full_finetune_single_device recipe runs it; benchmarks/published_points.json): compile saved "
+    "9 GiB, this model 8.75 GiB; the compiled loss has no GPU measurement":
+        "compile 在 GPU 上的一个公开实测（torchtune，Llama-3.2-3B bf16，各层编译，损失按其 full_finetune_single_device "
+        "recipe 的实际运行方式保持 eager；benchmarks/published_points.json）：compile 节省了 9 GiB，本模型算出 8.75 GiB；"
+        "编译后的损失没有 GPU 实测",
     "--lora-dropout with an lm_head adapter is not modelled (the head adapter's dropout of the b·s·h input); use "
     "--lora-dropout 0 for the estimate of the rest":
         "带 lm_head adapter 的 --lora-dropout 尚未建模（head adapter 对 b·s·h 输入做的 dropout）；"

@@ -93,7 +93,21 @@ def read_torchtune(r: Reading, text: str) -> None:
     if r.bool_("compile"):
         r.set("compile", True, "compile")
     _distributed(r, text)
+    _eager_loss_under_compile(r, kind)
     r.use("dtype", "model._component_")
+
+
+def _eager_loss_under_compile(r: Reading, kind: str) -> None:
+    """``compile: True`` with ``torch.nn.CrossEntropyLoss``: torchtune 0.6.1's ``training.compile_loss``
+    (training/_compile.py) compiles the chunked loss in place (``loss.compute_cross_entropy = torch.compile(...)``)
+    and any other loss by returning ``torch.compile(loss)``; only lora_finetune_single_device.py keeps that return
+    (``self._loss_fn = training.compile_loss(...)``), full_finetune_single_device.py, full_finetune_distributed.py
+    and lora_finetune_distributed.py call ``training.compile_loss(self._loss_fn)`` and drop it (also at 1814feb17,
+    the README's optimization-flags table): their plain loss stays eager."""
+    f = r.out.fields
+    if f.get("compile") and f.get("loss") == "hf" and not (kind != "full" and f.get("engine") == "torch"):
+        r.set("no_compile_loss", True, "compile + loss._component_ torch.nn.CrossEntropyLoss (the recipe drops "
+                                       "training.compile_loss's return: the loss stays eager)")
 
 
 def _lora(r: Reading, kind: str) -> None:

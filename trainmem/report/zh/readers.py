@@ -51,6 +51,9 @@ EXACT: dict[str, str] = {
     "torch.optim default (foreach on CUDA)": "torch.optim 的默认实现（CUDA 上为 foreach）",
     "a *_distributed recipe": "*_distributed 配方",
     "qlora_ builder": "qlora_ 构建函数",
+    "compile + loss._component_ torch.nn.CrossEntropyLoss (the recipe drops training.compile_loss's return: the loss "
+    "stays eager)":
+        "compile + loss._component_ torch.nn.CrossEntropyLoss（该 recipe 丢弃了 training.compile_loss 的返回值：损失保持 eager）",
     "mixed_precision no: no autocast, fp32 weights unless the script loads them in bf16 (then give --precision bf16)":
         "mixed_precision no：不开 autocast，权重为 fp32，除非脚本以 bf16 加载（那时请给 --precision bf16）",
     "LoRA on no module: every lora_query/key/value/projection/mlp/head is false":
