@@ -50,6 +50,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainmem.memory.layers.base import LAYER_MODELS, LayerModel, LayerSaved, Term, compute_bytes, residual_bytes
+from trainmem.memory.layers.family import layer_family
 from trainmem.memory.layers.mlp import moe_terms
 from trainmem.model.spec import ModelSpec
 
@@ -64,9 +65,6 @@ __all__ = ["megatron_te_layer", "megatron_layer_saved", "te_attention_backend",
            "fused_activation_input_saved_bytes_per_token",
            "dropout_mask_bytes_per_token", "core_attention_checkpoint_inputs_bytes_per_token"]
 
-#: Families whose layer Megatron-Core's TE GPT layer reproduces; others (MLA, parallel residual,
-#: Gemma's sandwich norms and soft-capping, q/k norms) keep the transformers-derived terms.
-_NOT_TE_GPT_LAYER = ("gemma", "gemma2", "gemma3_text", "gemma3", "qwen3", "qwen3_moe", "olmo2", "cohere")
 #: Kept whole on every tensor-parallel rank: the alltoall dispatcher all-gathers the dispatched tokens over
 #: the (expert) tensor-parallel group before the experts (token_dispatcher.py core_v0.19.0 L734-742).
 _GATHERED_OVER_TP = ("expert_inputs",)
@@ -76,9 +74,12 @@ _HOPPER_PLUS_PREFIXES = ("H100", "H200", "H800", "H20", "GH200", "B100", "B200",
 
 def megatron_te_layer(spec: ModelSpec) -> bool:
     """Whether ``spec``'s decoder layer is a Megatron-Core TE GPT layer (pre-norm, sequential residual,
-    standard or GQA attention, dense or routed MLP) that :func:`megatron_layer_saved` describes."""
+    standard or GQA attention, dense or routed MLP) that :func:`megatron_layer_saved` describes. Not: MLA, a
+    parallel residual, an encoder, soft-capping, a family whose description says so
+    (``LayerFamily.hf_terms_under_megatron``: Gemma's norms, Qwen3's q/k norms), a derived family (no described
+    layer; its megatron path is refused, trainmem/model/derive.py)."""
     return (spec.q_lora_rank is None and spec.kv_lora_rank is None and not spec.parallel_residual
-            and not spec.is_encoder and spec.model_type not in _NOT_TE_GPT_LAYER
+            and not spec.is_encoder and spec.derived is None and not layer_family(spec).hf_terms_under_megatron
             and not spec.attn_logit_softcapping)
 
 
@@ -261,7 +262,7 @@ def _moe_megatron_terms(spec: ModelSpec, setup: TrainingSetup, add, *, fp8: bool
     add("expert_down_input", "experts", te_linear_input_saved_bytes_per_token(k * mi, c, fp8))
     if spec.num_shared_experts and spec.shared_expert_intermediate_size:
         si = spec.shared_expert_intermediate_size
-        gate = (c * h + 4.0) if spec.model_type == "qwen2_moe" else 0.0  # sigmoid(gate(x)) * shared(x)
+        gate = (c * h + 4.0) if layer_family(spec).shared_expert_gate else 0.0  # sigmoid(gate(x)) * shared(x)
         fc1_copy = float(h) if fp8 else 0.0  # its fp8 copy of the shared normalised input
         add("shared_expert", "experts", fc1_copy + fused_activation_input_saved_bytes_per_token(si, spec.mlp_gated, c)
             + te_linear_input_saved_bytes_per_token(si, c, fp8) + gate)

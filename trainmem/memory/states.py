@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trainmem.memory.layers.family import layer_family
 from trainmem.model.lora_targets import lora_param_count_model
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import PAGED_OPTIMIZERS, TrainingSetup
@@ -236,9 +237,9 @@ def adafactor_state_bytes(spec: ModelSpec, elem_bytes: int) -> int:
         return round_up_bytes(elem_bytes * stack * r) + round_up_bytes(elem_bytes * stack * c)
 
     total = mat(spec.vocab_size, h) + (mat(spec.vocab_size, h) if pc.lm_head else 0)
-    fused_qkv = spec.model_type in ("gpt2", "gpt_neox", "phi3", "falcon", "qwen")
+    fam = layer_family(spec)  # (fused q/k/v and gate/up linears: layers/family.py)
     for lp in pc.layers:
-        if fused_qkv:  # one (q+k+v) projection
+        if fam.fused_qkv_linear:  # one (q+k+v) projection
             mats = [(a * d + kv * d + kv * dv, h), (h, a * dv)]
         else:
             mats = [(a * d, h), (kv * d, h), (kv * dv, h), (h, a * dv)]
@@ -250,7 +251,7 @@ def adafactor_state_bytes(spec: ModelSpec, elem_bytes: int) -> int:
             mats += [(si, h), (si, h), (h, si)]
         if lp.mlp:
             i_ = spec.intermediate_size
-            if spec.model_type == "phi3":  # fused gate_up
+            if fam.fused_gate_up:  # one gate_up projection (Phi-3)
                 mats += [(2 * i_, h), (h, i_)]
             else:
                 mats += [(i_, h), (i_, h), (h, i_)] if spec.mlp_gated else [(i_, h), (h, i_)]

@@ -6,8 +6,9 @@ The term functions (``layers/norms.py``, ``layers/attention.py``, ``layers/mlp.p
 with :func:`layer_family` — instead of asking ``spec.model_type``. A family that builds its layer from the same
 ops as one already here is one more entry of :data:`FAMILIES` (tests/memory/test_layer_families.py registers a
 toy one); a new kind of op is a new field and the term that reads it. Outside the terms, ``memory/op_sac.py``
-(which linears run ``aten.addmm``), ``memory/compile.py`` (q/k norms) and ``perf/flops.py`` (fused qkv and gate_up
-matmuls) read the same description.
+(which linears run ``aten.addmm``), ``memory/compile.py`` (q/k norms), ``perf/flops.py`` (fused qkv and gate_up
+matmuls), ``memory/states.py`` (Adafactor's factors of those) and ``memory/megatron_activations.py`` (which layers
+Megatron-Core's TE GPT layer describes; Qwen2-MoE's shared-expert gate) read the same description.
 
 What is *not* per family, and so not here:
 
@@ -198,6 +199,12 @@ class LayerFamily:
     """Which linears carry a bias added by ``aten.addmm`` (torch 2.13 ``Linear.cpp`` ``linear``: a bias and a
     contiguous input; without one, ``aten.mm``). transformers' Conv1D (GPT-2) always calls ``torch.addmm``;
     Falcon's ``FalconLinear`` adds its bias after ``input @ weight.T`` (an ``aten.mm``): no addmm bias."""
+    # --- Megatron-Core (read by memory/megatron_activations.py) ----------------------------------------------
+    hf_terms_under_megatron: bool = False
+    """Megatron-Core's TE GPT layer (pre-norm, sequential residual, standard or GQA attention, dense or routed MLP:
+    ``megatron_activations.megatron_layer_saved``) does not reproduce this layer, which keeps its
+    transformers-derived terms under ``--engine megatron``: Gemma's fp32 (1 + w) RMSNorm, sandwich norms and
+    soft-capping, Qwen3's q/k norms."""
     variant: Callable[[dict[str, Any]], LayerFamily] | None = None
     """Where a config key changes the layer (Falcon's ``new_decoder_architecture``, OPT's
     ``do_layer_norm_before``): the description for that config."""
@@ -233,8 +240,8 @@ _ATTENTION_BIAS_ON = Bias(key="attention_bias", default=True)  # (GPT-NeoX query
 _QWEN1_BIAS = Bias(key="no_bias", default=True, negate=True)  # (c_proj, w1, w2, mlp.c_proj: bias=not no_bias)
 _NO_MLP_BIAS = LinearBiases(up=_NO, down=_NO)  # (the MLP has no bias key: Gemma*, Qwen3*, gpt_oss, DeepSeek)
 _ALL_BIASED = LinearBiases(qkv=_YES, o=_YES, up=_YES, down=_YES)  # (GPT-2's Conv1D; nn.Linear's default in BERT)
-_QWEN3 = LayerFamily(qk_norm="cast_back", window_mask=True, addmm_bias=_NO_MLP_BIAS)
-_GEMMA = LayerFamily(rms_normalised_fp32=True, addmm_bias=_NO_MLP_BIAS)
+_QWEN3 = LayerFamily(qk_norm="cast_back", window_mask=True, addmm_bias=_NO_MLP_BIAS, hf_terms_under_megatron=True)
+_GEMMA = LayerFamily(rms_normalised_fp32=True, addmm_bias=_NO_MLP_BIAS, hf_terms_under_megatron=True)
 _GEMMA2 = replace(_GEMMA, sandwich_norms=True)
 _GEMMA3 = replace(_GEMMA2, qk_norm="fp32")
 _GPT2_STYLE = LayerFamily(eager_softmax="compute", embedding_dropout=True, addmm_bias=_ALL_BIASED)
