@@ -295,18 +295,22 @@ def build_model(model: ModelRef, **setup: Any) -> tuple[ModelSpec, TrainingSetup
 
     from_file = setup.pop("from_file", None)
     fields = _setup_fields(setup, "estimate")
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    obj = _spec_of_object(model) if model is not None and not isinstance(model, str) else None
     if from_file is not None:  # ``--from FILE``: the keywords given win over the file (trainmem.frameworks.readers)
         from trainmem.frameworks.readers import merge_fields, read_config
         file = read_config(os.fspath(from_file))
-        fields = {**merge_fields(file, fields), "notes": tuple(file.notes())}
+        # (a regex of LoRA targets is matched on this model, as the CLI's MODEL: readers/peft_regex.py)
+        fields = {**merge_fields(file, fields, obj[0] if obj is not None else model), "notes": tuple(file.notes())}
         if model is None and file.model is None:
             raise ConfigError(f"--from {from_file}: {file.model_error or 'the file names no model'}; give MODEL")
+        if isinstance(model, str) and file.model is not None and file.model != model:  # (as readers.file_setup)
+            fields["notes"] += (f"model {model}: given on the command line, not the file's {file.model}",)
         model = file.model if model is None else model
-    if isinstance(model, os.PathLike):
-        model = os.fspath(model)
     if isinstance(model, str):
         return build(model, **fields)
-    spec, live_fields, notes, check = _spec_of_object(model)
+    spec, live_fields, notes, check = obj  # type: ignore[misc]
     for k, v in live_fields.items():
         if fields.get(k) is None:
             fields[k] = v

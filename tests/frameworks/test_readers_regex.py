@@ -50,3 +50,29 @@ def test_axolotl_example_regex_on_a_reduced_qwen2_5_vl(tmp_path: Path) -> None:
     assert merge_fields(got, {"lora_targets": "q_proj"}, str(model))["lora_targets"] == "q_proj"  # a flag wins
     with pytest.raises(ConfigError, match="lora_target_modules is a regex.*give --lora-targets"):
         merge_fields(read_config(str(CONFIGS / "axolotl_qwen2_5-vl_lora-7b.yaml")), {})  # the hub id, offline
+
+
+def test_python_api_matches_the_regex_on_its_model_as_the_cli_does(tmp_path: Path, capsys) -> None:
+    """trainmem.estimate(MODEL, from_file=FILE) with ms-swift's target_regex matches it on MODEL (a path, a config
+    dict) as ``trainmem estimate MODEL --from FILE`` does; it matched on the file's model (here a hub id not in the
+    catalog, offline: refused) because python_api.build_model passed no model to merge_fields."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import trainmem
+    from trainmem.cli import main
+    tiny = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=256, max_position_embeddings=512)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(tiny))
+    swift = tmp_path / "sft.yaml"
+    swift.write_text("model: someone/not-in-the-catalog\ntuner_type: lora\nmax_length: 128\n"
+                     "target_regex: 'model\\.layers\\.\\d+\\.self_attn\\.(q|v)_proj'\n")
+    assert main(["estimate", str(cfg), "--from", str(swift), "--json"]) == 0, capsys.readouterr().err
+    want = json.loads(capsys.readouterr().out)
+    assert want["setup"]["lora_targets"] == ["self_attn.q_proj", "self_attn.v_proj"]
+    assert trainmem.estimate(str(cfg), from_file=str(swift)).to_dict() == want
+    by_dict = trainmem.estimate(tiny, from_file=swift).to_dict()
+    assert by_dict["setup"]["lora_targets"] == want["setup"]["lora_targets"]
+    assert by_dict["peak_allocated_bytes"] == want["peak_allocated_bytes"]
+    # 2 layers x r 8 x (in + out): q_proj 64 -> 64, v_proj 64 -> 32 (2 kv heads of 16)
+    assert by_dict["n_trainable_params"] == want["n_trainable_params"] == 2 * 8 * ((64 + 64) + (64 + 32))

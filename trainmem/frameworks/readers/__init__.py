@@ -28,10 +28,13 @@ defaults, and every key ignored.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmem.errors import ConfigError
 from trainmem.frameworks.readers._base import FileSetup, Reading, load_text, parse_mapping, shown
+
+if TYPE_CHECKING:
+    from trainmem.model.spec import ModelSpec
 
 __all__ = ["FileSetup", "read_config", "merge_fields", "file_setup", "FORMATS", "FLAGS"]
 
@@ -134,11 +137,12 @@ def _dispatch(fmt: str, r: Reading, base: Path, text: str) -> None:
         torchtitan.read_torchtitan(r)
 
 
-def merge_fields(file: FileSetup, cli: dict[str, Any], model: str | None = None) -> dict[str, Any]:
+def merge_fields(file: FileSetup, cli: dict[str, Any], model: "str | ModelSpec | None" = None) -> dict[str, Any]:
     """The setup fields of a run: the command line's set values (not None) over the file's. A file value trainmem
     cannot express (``file.blocked``) is refused unless the command line gives that field. LoRA targets the file
-    gives as a regex (``file.lora_regex``) are matched on ``model`` (else the file's), unless the command line
-    gives ``lora_targets``."""
+    gives as a regex (``file.lora_regex``) are matched on ``model`` (a reference or, from the Python API, the
+    resolved spec of a config dict / live module; else the file's), unless the command line gives
+    ``lora_targets``."""
     given = {k: v for k, v in cli.items() if v is not None}
     for fld, why in file.blocked.items():
         if fld not in given:

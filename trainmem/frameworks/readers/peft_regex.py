@@ -19,10 +19,13 @@ reader records the regex (``FileSetup.lora_regex``), :func:`resolve_regex` maps 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmem.errors import ConfigError, UnknownModelError, UnsupportedError
 from trainmem.frameworks.readers._base import FileSetup, shown
+
+if TYPE_CHECKING:
+    from trainmem.model.spec import ModelSpec
 
 __all__ = ["check_regex", "resolve_regex", "targets_from_names", "RegexTargetError"]
 
@@ -116,9 +119,10 @@ def _module_names(spec: Any) -> tuple[dict[str, str], str, dict[str, str]]:
     return names, lists[0], outside
 
 
-def resolve_regex(file: FileSetup, model: str | None) -> str:
-    """``file.lora_regex`` on ``model`` (the command line's MODEL, else the file's): trainmem's targets, with one
-    statement in ``file`` saying how they were read; one ConfigError line where they cannot be."""
+def resolve_regex(file: FileSetup, model: "str | ModelSpec | None") -> str:
+    """``file.lora_regex`` on ``model`` (the command line's MODEL, else the file's; a resolved ``ModelSpec`` for
+    the Python API's config dicts and live modules): trainmem's targets, with one statement in ``file`` saying how
+    they were read; one ConfigError line where they cannot be."""
     from trainmem.model.resolve import resolve_model
 
     key, regex = file.lora_regex  # type: ignore[misc]
@@ -126,7 +130,8 @@ def resolve_regex(file: FileSetup, model: str | None) -> str:
     if model is None:
         raise ConfigError(f"{head}: the file names no model to match it on; give MODEL or --lora-targets")
     try:
-        spec = resolve_model(model)
+        spec = resolve_model(model) if isinstance(model, str) else model
+        model = spec.name if not isinstance(model, str) else model
         names, layers, outside = _module_names(spec)
         targets = targets_from_names(regex, names, layers, spec.num_layers, outside)
     except RegexTargetError as e:
