@@ -115,3 +115,27 @@ def test_old_form_wrapped_inside_words_keeps_its_totals(name: str, total: float,
     o = parse_oom((CORPUS / "oom" / name).read_text())
     assert o.form in ("cached", "reserved") and o.total_bytes == round(total * GiB)
     assert abs(o.unallocated_bytes - unalloc * GiB) <= 0.01 * GiB
+
+
+NCCL_CUCHECK_OOM = """torch.distributed.DistBackendError: NCCL error in: \
+../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled cuda error (run with NCCL_DEBUG=INFO for details), \
+NCCL version 2.21.5
+ncclUnhandledCudaError: Call to CUDA function failed.
+Last error:
+Cuda failure 2 'out of memory'"""
+
+
+@pytest.mark.parametrize("text", [
+    NCCL_CUCHECK_OOM,  # CUCHECK (cudawrap.h): the CUresult code, CUDA_ERROR_OUT_OF_MEMORY = 2
+    "NCCL WARN Cuda failure 2 'out of memory'",
+    "misc/utils.cc:49 NCCL WARN Cuda failure 'out of memory'",  # CUDACHECK (checks.h): no code
+])
+def test_nccl_cuda_failure_out_of_memory_is_a_driver_level_oom(text: str) -> None:
+    o = parse_oom(text)
+    assert o is not None and o.form == "driver" and o.tried_bytes is None and o.total_bytes is None
+
+
+def test_nccl_cuda_failure_that_is_not_memory_is_no_oom() -> None:
+    """Near miss: the same NCCL line for another CUDA error (1 = CUDA_ERROR_INVALID_VALUE) holds no OOM."""
+    assert parse_oom(NCCL_CUCHECK_OOM.replace("2 'out of memory'", "1 'invalid argument'")) is None
+    assert parse_oom("NCCL WARN Cuda failure 'an illegal memory access was encountered'") is None

@@ -21,7 +21,11 @@ each, with the thread it was pasted in):
 
 A message cut after "Tried to allocate S" (pytorch/pytorch#126766) keeps the request size only; a driver-level
 ``CUDA error: out of memory`` (cuBLAS/NCCL/context creation, no allocator statistics) is recognised with no
-numbers. Sizes are parsed back to bytes (two decimals: ±0.005 of the unit).
+numbers, and so is NCCL's own report of a failed CUDA call, in both of its macros' forms: ``CUDACHECK``
+(runtime API, src/include/checks.h) prints ``Cuda failure '%s'``, ``CUCHECK`` (driver API through
+src/include/cudawrap.h's function pointers) prints ``Cuda failure %d '%s'`` with the ``CUresult`` code
+(``CUDA_ERROR_OUT_OF_MEMORY`` = 2, hence ``Cuda failure 2 'out of memory'`` under ``ncclUnhandledCudaError``).
+Sizes are parsed back to bytes (two decimals: ±0.005 of the unit).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ _SQ = {"new": _squeezed(_NEW_SRC), "old": _squeezed(_OLD_SRC), "proc": _squeezed
        "self": _squeezed(_SELF_SRC), "allowed": _squeezed(_ALLOWED_SRC)}
 _TRIED = re.compile(rf"Tried to allocate {_S}(?:\.? ?(?:GPU|\(GPU) (\d+))?", re.I)
 _DRIVER = re.compile(r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|"
-                     r"cuda runtime error \(2\) : out of memory|Cuda failure 'out of memory'", re.I)
+                     r"cuda runtime error \(2\) : out of memory|Cuda failure (?:\d+ )?'out of memory'", re.I)
 _ANY = re.compile(r"out of memory|OutOfMemoryError|_ALLOC_FAILED", re.I)
 _RANK_PREFIX = re.compile(r"^\s*\[(?:rank|default)\d*\]:\s?", re.M)
 _BOX = re.compile(r"[│┃|]\s*$|^\s*[│┃]", re.M)
@@ -176,10 +180,10 @@ def _message_start(flat: str) -> str:
 
 def parse_oom(text: str) -> OOMReport | None:
     """The out-of-memory report in ``text``, or None when it holds no out-of-memory error at all."""
-    flat = find_oom_line(text)
-    if flat is None:
+    near = find_oom_line(text)
+    if near is None:
         return None
-    flat = _message_start(flat)
+    flat = _message_start(near)
     m = _NEW.search(flat)
     if m:
         return _parse_new(flat, m)
@@ -199,6 +203,6 @@ def parse_oom(text: str) -> OOMReport | None:
                          device=None if m.group(3) is None else int(m.group(3)))
     if re.search(r"Tried to allocate", flat, re.I):  # cut before the size's unit
         return OOMReport(form="truncated", era="unknown", line=flat[:600])
-    if _DRIVER.search(flat):
+    if _DRIVER.search(near):  # the text before "out of memory" too: NCCL's "Cuda failure 2 '" has no exception name
         return OOMReport(form="driver", era="unknown", line=flat[:600])
     return OOMReport(form="unparsed", era="unknown", line=flat[:600])
