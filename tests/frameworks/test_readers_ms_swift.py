@@ -191,3 +191,15 @@ def test_plan_from_file_takes_seq_len_given_on_the_command_line(capsys) -> None:
     out = json.loads(capsys.readouterr().out)
     p = out["plans"][0]
     assert p["tokens_per_step"] == 16 * 4096 and p["micro_batch"] * p["grad_accum"] * p["dp"] == 16
+
+
+def test_stack_is_the_readers_release_and_defaults(tmp_path: Path) -> None:
+    """``--stack ms-swift`` and a swift sft file that sets only the model and max_length give one setup: both are
+    ms-swift v4.5.2's defaults (the stack lacked tuner_args.py lora_dropout=0.05 and named v4.4.3 by 3602360a5,
+    which is main after v4.5.2). The reader's accumulation ceil(16 / 1 / 1) is not a stack default (given here)."""
+    from trainmem.frameworks import get_stack
+    from trainmem.frameworks.readers.ms_swift import _WHO
+    got = read_config(_write(tmp_path, "model: Qwen/Qwen2.5-7B-Instruct\nmax_length: 2048\n"))
+    stack = _setup("qwen2.5-7b", dict(stack="ms-swift", seq_len=2048, grad_accum=16))
+    assert _setup("qwen2.5-7b", merge_fields(got, {})) == stack and stack["lora_dropout"] == 0.05
+    assert get_stack("ms-swift").release == "ms-swift v" + _WHO.split()[1] == "ms-swift v4.5.2"

@@ -1,5 +1,5 @@
-"""ms-swift ``swift sft`` configs (JSON or YAML) → setup fields, ms-swift v4.5.2 (ff5128777; the memory defaults are
-those of v4.4.3, the release of ``--stack ms-swift``: ``git diff v4.4.3 v4.5.2 -- swift/arguments
+"""ms-swift ``swift sft`` configs (JSON or YAML) → setup fields, ms-swift v4.5.2 (ff5128777, the release of
+``--stack ms-swift`` too; the memory defaults are also v4.4.3's: ``git diff v4.4.3 v4.5.2 -- swift/arguments
 swift/trainers/arguments.py`` changes no default read here).
 
 ``swift sft FILE.yaml`` (or ``.json``): swift/cli/main.py ``parse_yaml_args`` turns each key into ``--key value``
