@@ -79,7 +79,8 @@ def test_a_users_plugin_setting_loads_pydantics_loader() -> None:
 
 def test_the_estimate_path_imports_only_what_it_uses() -> None:
     """`trainmem estimate MODEL --json`: no tracer, planner, doctor, report table, rich, torch; no model derivation
-    (importlib.metadata, hashlib: a catalog model is described, not derived); no typer adapter (nothing given)."""
+    (importlib.metadata, hashlib: a catalog model is described, not derived); no typer adapter (nothing given); no
+    cluster types, link catalog or trace result (lazy package names); catalogs read without importlib.resources."""
     _python("import sys, io, contextlib\n"
             "before = set(sys.modules)\n"
             "import trainmem.cli as c\n"
@@ -88,6 +89,8 @@ def test_the_estimate_path_imports_only_what_it_uses() -> None:
             "new = set(sys.modules) - before\n"
             "heavy = ('torch', 'transformers', 'rich', 'plotly', 'fastapi', 'importlib.metadata', 'typer._adapters',\n"
             "         'trainmem.model.derive', 'trainmem.trace.step', 'trainmem.plan', 'trainmem.doctor',\n"
-            "         'trainmem.report.table', 'trainmem.frameworks')\n"
+            "         'trainmem.report.table', 'trainmem.frameworks', 'trainmem.hardware.cluster',\n"
+            "         'trainmem.hardware.cluster_types', 'trainmem.hardware.links', 'trainmem.trace.result',\n"
+            "         'importlib.resources')\n"
             "bad = sorted(m for m in new if m in heavy or m.startswith(tuple(h + '.' for h in heavy)))\n"
             "assert not bad, bad\n")

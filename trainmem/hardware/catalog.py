@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
 from trainmem.errors import ConfigError
 from trainmem.units import MiB
@@ -64,7 +64,8 @@ class GPU:
 
 @lru_cache(maxsize=1)
 def list_gpus() -> tuple[GPU, ...]:
-    raw = json.loads(resources.files("trainmem.hardware").joinpath("gpus.json").read_text(encoding="utf-8"))
+    with open(os.path.join(os.path.dirname(__file__), "gpus.json"), encoding="utf-8") as f:  # (not importlib.resources: start-up)
+        raw = json.load(f)
     return tuple(
         GPU(name=g["name"], memory_bytes=g["memory_bytes"] if "memory_bytes" in g else g["memory_mib"] * MiB,
             bf16_tflops=g["bf16_tflops"], bf16=g["bf16"], hbm_gbps=g["hbm_gbps"], fp8_tflops=g.get("fp8_tflops"),

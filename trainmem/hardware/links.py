@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from dataclasses import replace
 from functools import lru_cache
-from importlib import resources
 
 from trainmem.errors import ConfigError
 from trainmem.hardware.cluster_types import Link
@@ -46,7 +46,8 @@ def _row(raw: dict) -> Link:
 
 @lru_cache(maxsize=1)
 def _rows() -> tuple[tuple[Link, tuple[str, ...]], ...]:
-    raw = json.loads(resources.files("trainmem.hardware").joinpath("links.json").read_text(encoding="utf-8"))
+    with open(os.path.join(os.path.dirname(__file__), "links.json"), encoding="utf-8") as f:  # (not importlib.resources: start-up)
+        raw = json.load(f)
     return tuple((_row(r), tuple(r.get("aliases", ()))) for r in raw["links"])
 
 
