@@ -1,14 +1,16 @@
 """Judge ``trainmem doctor`` on public OOM threads: is its first cause the one the resolution shows, and is the
 fix that worked among the fixes it offers?
 
-Data: ``benchmarks/oom_threads.json`` — 53 GitHub threads of LLM training stacks (LLaMA-Factory, litgpt, torchtune,
+Data: ``benchmarks/oom_threads.json`` — 65 GitHub threads of LLM training stacks (LLaMA-Factory, litgpt, torchtune,
 TRL, transformers, DeepSpeed configs, bitsandbytes, unsloth, axolotl, ...) with the error as posted, the stated setup
 written as trainmem setup fields, and the resolution that worked, stated in the thread by the reporter or a
 maintainer. The cause and the fix labels were assigned from the resolution before the doctor was run. The held-out
 split is whole repositories, frozen 2026-12-01 before any rule was changed; rules were changed from dev threads only.
 A second held-out batch (``held_out_2``: 12 threads of 12 more repositories) was collected and frozen 2026-12-02, after
 the first held-out split had been scored and after that day's rule change, before the doctor was run on it; it is
-reported apart.
+reported apart. A third (``held_out_3``: 12 threads of 8 more repositories: LLaVA, MiniCPM-V, NeMo Automodel, VILA,
+Yi, ColossalAI, OpenRLHF, Aria) was collected and frozen 2026-12-02 after the second had been scored, before the
+doctor was run on it; reported apart too.
 
 For each thread the doctor gets what a user would give it: the error text (``--error``; the bare
 ``torch.cuda.OutOfMemoryError: CUDA out of memory.`` line where the thread states an OOM without pasting the message),
@@ -93,7 +95,10 @@ class Judged:
 #: held-out batch 2 as first measured (2026-12-02, the doctor at commit 284953996b, before its one rule change):
 #: static, for comparison; a thread whose miss changed a rule afterwards carries ``dev_since`` and counts as dev
 FIRST_MEASURED = {"held_out_2": {"threads": 12, "cause_right": 9, "cause_wrong": 2, "undetermined": 1,
+                                 "fix_offered": 11},
+                  "held_out_3": {"threads": 12, "cause_right": 6, "cause_wrong": 2, "undetermined": 4,
                                  "fix_offered": 11}}
+"""Batch 3's first measurement: the doctor at commit 7101993 (the commit that froze the batch, before it was run)."""
 
 
 def load(path: Path = DATA) -> dict:
@@ -196,6 +201,30 @@ def thread_lines(rows: list[Judged], data: dict) -> list[str]:
     return out
 
 
+def _batch3_lines(rows: list[Judged], data: dict) -> list[str]:
+    """Held-out batch 3 (frozen before the doctor was run on it) and what held-out batch 1's undetermined threads
+    carry."""
+    third = data.get("held_out_3", {})
+    und = [r for r in rows if r.split == "held_out" and r.undetermined]
+    bare = sum(not r.pasted for r in und)
+    return [
+        f"Held-out batch 3 ({len(third.get('repos', ()))} repositories: {', '.join(third.get('repos', ()))}) was "
+        f"collected and frozen {third.get('frozen', '?')} (commit 7101993) after batch 2 had been scored, before the "
+        "doctor was run on it; no rule was changed after seeing it. As first measured:",
+        "",
+        "\n".join([_HEAD[0].format(what="split (doctor at 7101993)"), _HEAD[1],
+                   _row(_label("held_out_3"), FIRST_MEASURED["held_out_3"])]),
+        "",
+        f"What held-out batch 1's {len(und)} `undetermined` threads carry: {bare} have no error text (the thread "
+        "states an OOM without the message, so the doctor gets the bare line) and a setup whose estimate fits the "
+        "stated GPU, or no GPU stated; "
+        f"{len(und) - bare} {'has' if len(und) - bare == 1 else 'have'} a pasted message and no setup. None holds a "
+        "message form the parser leaves unread: what would decide is the whole traceback, a per-step log or a "
+        "snapshot (the `undetermined` finding names them), not a rule that guesses a cause from the setup alone.",
+        "",
+    ]
+
+
 def markdown(rows: list[Judged], data: dict) -> str:
     held = ", ".join(data["held_out_repos"])
     second = data.get("held_out_2", {})
@@ -230,6 +259,7 @@ def markdown(rows: list[Judged], data: dict) -> str:
         "\n".join([_HEAD[0].format(what="split (doctor at 284953996b)"), _HEAD[1],
                    _row(_label("held_out_2"), FIRST_MEASURED["held_out_2"])]),
         "",
+        *_batch3_lines(rows, data),
         "A GPU the thread does not state (no `--gpu`, no total capacity in the error text) is not the default H100 of "
         "a fit judgement: only an estimate above 90 % of the largest catalog GPU counts as overflowing, and otherwise "
         "`undetermined` asks for `--gpu`. The rule came from dev thread lf-781 (1 GPU of unstated type); scored once "

@@ -151,3 +151,10 @@ def test_readme_figures_are_the_scripts() -> None:
     h2 = b.summary(list(_rows()), "held_out_2")
     assert [int(x) for x in m2.groups()] == [h2["threads"], h2["cause_right"], h2["threads"], h2["undetermined"],
                                              h2["fix_offered"], h2["threads"]]
+    m3 = re.search(r"On a third held-out batch of (\d+) threads from (\d+) more repositories.*? the first cause is the "
+                   r"resolution's on (\d+)/(\d+) \((\d+) `undetermined`\) and the fix that worked is offered on "
+                   r"(\d+)/(\d+)\.", text)
+    assert m3, "README's figures of the third held-out batch"
+    h3 = b.summary(list(_rows()), "held_out_3")
+    assert [int(x) for x in m3.groups()] == [h3["threads"], len(b.load()["held_out_3"]["repos"]), h3["cause_right"],
+                                             h3["threads"], h3["undetermined"], h3["fix_offered"], h3["threads"]]
