@@ -180,12 +180,19 @@ def compiled_loss_buffers(eager: LossBuffers, setup: TrainingSetup, tokens: int,
     compute the log-softmax from the 16-bit logits in registers: the forward allocates and saves two fp32 values per
     token (the row max and the log-sum-exp) and saves the logits themselves; the backward allocates one fp32 value
     per token and writes the gradient in the logits' dtype. No fp32 b·s·V tensor exists (eager: the upcast, the
-    saved log-softmax and two fp32 gradients). The rest (logits, the LM head's backward) as eager."""
+    saved log-softmax and two fp32 gradients). The rest (logits, the LM head's backward) as eager.
+
+    Chunked (torchtune compiles ``compute_cross_entropy``, one compiled node per chunk): the autograd engine runs
+    every chunk's node before the LM head matmuls (newer nodes first), and each node releases its saved 16-bit
+    chunk once it has written that chunk's gradient (traced on the CPU with inductor, saved_tensors_hooks:
+    each node saves its chunk, the labels and two fp32 values per token, and releases them as it runs, before any
+    chunk's gradient reaches the head): the logits and their gradient overlap by one chunk (``logits_overlap_bytes``)."""
     n = tokens * vocab
     c = eager.logits_bytes // n if n else compute_bytes(setup)
     per = -(-tokens // (setup.loss_chunks or 8)) if setup.loss == "chunked" else tokens
+    overlap = c * per * vocab if setup.loss == "chunked" else 0
     return replace(eager, kept_bytes=8 * tokens, forward_transient_bytes=0, backward_transient_bytes=4 * per,
-                   grad_logits_bytes=c * n, logits_saved=True)
+                   grad_logits_bytes=c * n, logits_saved=True, logits_overlap_bytes=overlap)
 
 
 def compile_assumptions(setup: TrainingSetup) -> list[str]:

@@ -42,6 +42,11 @@ class LossBuffers:
     logits_saved: bool = False
     """The loss saves the logits themselves for its backward (a fused cross-entropy kernel): they outlive a
     dropped model output until the loss backward has run."""
+    logits_overlap_bytes: int = 0
+    """With ``logits_saved``: the logits are saved chunk by chunk, one autograd node per chunk (torchtune's
+    ``CEWithChunkedOutputLoss`` with ``compute_cross_entropy`` compiled: one compiled node per chunk), and each
+    node releases its saved chunk once it has made that chunk's gradient, so the logits and their gradient overlap
+    by one chunk (these bytes), not the whole b·s·V. 0: the whole logits outlive the gradient's allocation."""
     grad_in_place: bool = False
     """The loss backward writes the logits' gradient into the saved logits (unsloth's fast_cross_entropy_loss,
     memory/unsloth.py): the logits' storage becomes the gradient, no second b·s·V buffer."""

@@ -287,6 +287,10 @@ class StepWalk:
         in_place = loss.grad_in_place  # (unsloth's cross-entropy writes the gradient into the saved logits)
         if in_place and self.s.loop == "trainer":
             tl.free(f"logits{mb}")
+        if loss.logits_saved and loss.logits_overlap_bytes and self.s.loop == "trainer":
+            # (a compiled chunked loss: each chunk's node frees its saved logits once it made their gradient)
+            tl.spike(f"glogitschunk{mb}", "temporaries", loss.logits_overlap_bytes)
+            tl.free(f"logits{mb}")
         tl.alloc(f"glogits{mb}", "temporaries", 0 if in_place and self.s.loop != "trainer" else loss.grad_logits_bytes)
         tl.spike(f"loraheadbwd{mb}", "temporaries", head_adapter_backward_bytes(self.spec, self.s))
         if loss.logits_saved and self.s.loop == "trainer":
