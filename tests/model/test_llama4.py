@@ -118,3 +118,18 @@ def test_text_model_agrees_with_a_full_trace(tiny):
     assert spec.derived.layer_kinds == (0, 1, 0, 2)
     err = compare(spec, make_setup(precision="bf16", seq_len=256, micro_batch=2)).peak_error
     assert abs(err) < 0.03, err
+
+
+def test_a_text_model_with_image_tokens_names_llama4_among_the_towers():
+    """--image-tokens on a model without a tower is refused naming the families that have one, read from vlm.py's
+    registry: llama4 (Llama4ForConditionalGeneration) among them; the list was written by hand and lacked it."""
+    from trainmem.api import build
+    from trainmem.model.vlm import VLM_MODEL_TYPES
+    from trainmem.report.i18n import tr
+
+    spec, ts = build("llama-3.1-8b", seq_len=256, image_tokens=64)
+    with pytest.raises(UnsupportedError, match="has no vision tower") as err:
+        estimate(spec, ts)
+    msg = str(err.value)
+    assert "llama4" in VLM_MODEL_TYPES and all(f in msg for f in VLM_MODEL_TYPES) and "\n" not in msg
+    assert "llama4" in tr(msg, "zh") and "没有视觉塔" in tr(msg, "zh")

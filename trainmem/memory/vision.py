@@ -84,8 +84,9 @@ def vision_refusal(spec: ModelSpec, setup: TrainingSetup) -> str | None:
     vt = spec.vision
     if vt is None:
         if setup.image_tokens or setup.train_vision or setup.train_projector:
+            from trainmem.model.vlm import VLM_MODEL_TYPES  # (the families with a tower: their registry)
             what = "--image-tokens" if setup.image_tokens else "--train-vision/--train-projector"
-            return (f"{what}: {spec.name} has no vision tower (vision-language models: qwen2_5_vl, qwen2_vl, llava, "
+            return (f"{what}: {spec.name} has no vision tower (vision-language models: {', '.join(VLM_MODEL_TYPES)}; "
                     "gemma3 with its vision_config)")
         return None
     for axis in ("tp", "pp", "cp", "ep"):

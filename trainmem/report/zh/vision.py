@@ -53,9 +53,8 @@ PATTERNS: list[tuple[str, str]] = [
      "docs/vision.md)",
      "{mt} 的视觉塔（追踪器只构建因果语言模型；视觉塔由估算本身测量：docs/vision.md）"),
     # ------------------------------------------------------------------ memory/vision.py
-    ("{what}: {m} has no vision tower (vision-language models: qwen2_5_vl, qwen2_vl, llava, gemma3 with its "
-     "vision_config)",
-     "{what}：{m} 没有视觉塔（视觉-语言模型：qwen2_5_vl、qwen2_vl、llava，以及带 vision_config 的 gemma3）"),
+    ("{what}: {m} has no vision tower (vision-language models: {fams}; gemma3 with its vision_config)",
+     "{what}：{m} 没有视觉塔（视觉-语言模型：{fams!l}；gemma3 需带 vision_config）"),
     ("{ax:w}({n:d}) > 1 is not modelled for {mt:w}'s vision tower; use data parallelism (torch, fsdp2, deepspeed)",
      "{mt} 的视觉塔不支持 {ax}({n}) > 1 的建模；请用数据并行（torch、fsdp2、deepspeed）"),
     ("{mt:w}: FSDP1 (flat parameters mixing a frozen tower and a trained model) is not modelled; use --fsdp-version 2 "
