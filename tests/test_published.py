@@ -22,6 +22,13 @@ POINTS = published.load_points()
 KNOWN = set(TrainingSetup.model_fields)
 
 
+@pytest.fixture(scope="module")
+def rows() -> list:
+    """``evaluate_all`` of every point, once for the module (~1 min on two cores): the README headline and the
+    diagnosis check read the same rows (evaluate builds and estimates each point; nothing mutates a Row after)."""
+    return published.evaluate_all(published.load_points())
+
+
 def test_at_least_30_points_with_unique_ids():
     ids = [p["id"] for p in POINTS]
     assert len(ids) >= 30
@@ -130,12 +137,11 @@ def test_published_doc_counts_match_the_data():
         assert f"| {name} | {', '.join(SPLITS[name])} | {n} |" in doc
 
 
-def test_readme_carries_the_scripts_headline() -> None:
+def test_readme_carries_the_scripts_headline(rows) -> None:
     """README's accuracy headline is the paragraph ``benchmarks/published.py --readme`` prints, verbatim."""
     import re
     from pathlib import Path
 
-    rows = published.evaluate_all(published.load_points())
     para = published.readme_paragraph(rows, published.load_splits())
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     norm = lambda t: re.sub(r"\s+", " ", t)  # noqa: E731
@@ -163,8 +169,7 @@ def test_dev_since_moves_a_held_out_point_to_dev_and_is_listed():
     assert "(`dev_since`): 1." in published.readme_paragraph(rows, splits)
 
 
-def test_every_expressible_point_under_minus_10_has_a_diagnosis():
-    rows = published.evaluate_all(POINTS)
+def test_every_expressible_point_under_minus_10_has_a_diagnosis(rows):
     missing = [r.id for r in rows if r.expressible and r.error < published.UNDER_BELOW and not r.point.get("diagnosis")]
     assert not missing, f"expressible points under -10 % without a diagnosis: {missing}"
 
