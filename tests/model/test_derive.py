@@ -27,9 +27,7 @@ from trainmem.model.hf import spec_from_hf_config  # noqa: E402
 from trainmem.setup import make_setup, validate_for_model  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAINMEM_CACHE_DIR", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("derived_cache")  # (tests/model/conftest.py: one cache for the module)
 
 
 # Real config.json values (the files on the hub; the fields that shape the parameters).
@@ -217,9 +215,10 @@ def test_refused_engine_paths_say_so_in_one_line(fields, match):
     assert "\n" not in str(err.value)
 
 
-def test_assumptions_say_it_was_derived_and_the_engine_paths(tmp_path):
+def test_assumptions_say_it_was_derived_and_the_engine_paths(tmp_path, monkeypatch):
     from trainmem.memory import estimate
 
+    monkeypatch.setenv("TRAINMEM_CACHE_DIR", str(tmp_path))  # (its own: what this run writes)
     spec = spec_from_hf_config(dict(TINY, model_type="olmo2"), name="olmo2")
     notes = estimate(spec, make_setup(precision="bf16", seq_len=256)).assumptions
     note = next(n for n in notes if "derived from transformers" in n)

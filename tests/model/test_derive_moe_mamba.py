@@ -46,13 +46,7 @@ from trainmem.model.hf import spec_from_hf_config  # noqa: E402
 from trainmem.setup import make_setup  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    """One derived-description cache for the module (a config's build and probes are measured once)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TRAINMEM_CACHE_DIR", str(tmp_path_factory.mktemp("derived")))
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("derived_cache")  # (tests/model/conftest.py: one cache for the module)
 
 
 TINY = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=3, num_attention_heads=8,

@@ -52,12 +52,7 @@ BART = {"model_type": "bart", "is_encoder_decoder": True, "d_model": 256, "encod
         "eos_token_id": 2, "decoder_start_token_id": 2}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TRAINMEM_CACHE_DIR", str(tmp_path_factory.mktemp("seq2seq")))
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("derived_cache")  # (tests/model/conftest.py: one cache for the module)
 
 
 def _meta_build_params(cfg: dict) -> int:

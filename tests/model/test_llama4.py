@@ -50,12 +50,8 @@ def _tiny_vlm() -> dict:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    path = tmp_path_factory.mktemp("llama4-cache")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TRAINMEM_CACHE_DIR", str(path))
-    yield path
-    mp.undo()
+def cache(derived_cache):
+    return derived_cache  # (tests/model/conftest.py: one cache for the module)
 
 
 @pytest.fixture(scope="module")

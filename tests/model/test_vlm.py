@@ -26,9 +26,7 @@ from trainmem.model.hf import spec_from_hf_config  # noqa: E402
 from trainmem.setup import make_setup  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRAINMEM_CACHE_DIR", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("derived_cache")  # (tests/model/conftest.py: one cache for the module)
 
 
 # Qwen/Qwen2.5-VL-3B-Instruct config.json (the hub file; bookkeeping token ids kept)
