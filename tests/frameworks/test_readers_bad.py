@@ -114,3 +114,20 @@ def test_blocked_value_unless_the_flag_is_given(tmp_path) -> None:
     with pytest.raises(ConfigError, match="selective_ac_option 2 .* is not modelled; give --recompute to choose"):
         merge_fields(got, {})
     assert merge_fields(got, {"recompute": "full"})["recompute"] == "full"
+
+
+def test_int_or_default_sets_reads_defaults_and_refuses() -> None:
+    """Reading.int_or_default, the micro-batch / accumulation rule of the hf, llama-factory, ms-swift, axolotl and
+    litgpt readers: the file's positive int (its key recorded), else the framework's default (its source), else
+    nothing; anything else refused in one line."""
+    from trainmem.frameworks.readers._base import Reading
+    r = Reading("f.yaml", "hf", "hf-trainer", {"per_device_train_batch_size": "4", "bad": 0})
+    assert r.int_or_default("micro_batch", "per_device_train_batch_size", 8, "src") == 4
+    assert r.int_or_default("grad_accum", "gradient_accumulation_steps", 16, "their default") == 16
+    assert r.int_or_default("seq_len", "max_length") is None
+    out = r.finish()
+    assert out.fields == {"stack": "hf-trainer", "micro_batch": 4, "grad_accum": 16}
+    assert out.read == [("micro_batch 4", "per_device_train_batch_size")]
+    assert out.defaults == [("grad_accum 16", "their default")]
+    with pytest.raises(ConfigError, match=r"--from f\.yaml: bad must be a positive integer \(got 0\)"):
+        r.int_or_default("micro_batch", "bad", 8, "src")

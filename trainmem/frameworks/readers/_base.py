@@ -211,6 +211,17 @@ class Reading:
             raise self.refuse(f"{key} must be a probability in [0, 1) (got {v!r})")
         return float(v)
 
+    def int_or_default(self, fld: str, key: str, default: int | None = None, source: str = "") -> int | None:
+        """Setup field ``fld`` from the positive integer at ``key`` when the file sets it, else the framework's
+        ``default`` (from ``source``; None: nothing set). Returns the value in force (the file's, else ``default``)."""
+        n = self.int_(key)
+        if n:
+            self.set(fld, n, key)
+            return n
+        if default is not None:
+            self.default(fld, default, source)
+        return default
+
     def lora_dropout(self, key: str) -> None:
         """``lora_dropout`` from ``key`` when the file gives it (the framework's default otherwise: its stack's)."""
         p = self.fraction(key)

@@ -29,11 +29,7 @@ def read_axolotl(r: Reading, base: Path) -> None:
         r.model(str(r.get("base_model")), "base_model")
     for key, fld, default in (("sequence_len", "seq_len", 512), ("micro_batch_size", "micro_batch", 1),
                               ("gradient_accumulation_steps", "grad_accum", 1)):
-        n = r.int_(key)
-        if n:
-            r.set(fld, n, key)
-        else:
-            r.default(fld, default, f"{_WHO}: {key}={default}")
+        r.int_or_default(fld, key, default, f"{_WHO}: {key}={default}")
     if r.bool_("sample_packing"):
         r.out.statements.append("sample_packing on: every sequence is the full sequence_len")
     precision16 = _precision(r)

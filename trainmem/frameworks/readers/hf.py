@@ -51,14 +51,8 @@ def read_hf(r: Reading, base: Path) -> None:
     who = "TRL 1.16 SFTConfig" if trl else "transformers 5.24 TrainingArguments"
     if r.has("model_name_or_path"):
         r.model(str(r.get("model_name_or_path")), "model_name_or_path")
-    mb = r.int_("per_device_train_batch_size")
-    if mb:
-        r.set("micro_batch", mb, "per_device_train_batch_size")
-    else:
-        r.default("micro_batch", 8, f"{who}: per_device_train_batch_size=8")
-    ga = r.int_("gradient_accumulation_steps")
-    if ga:
-        r.set("grad_accum", ga, "gradient_accumulation_steps")
+    mb = r.int_or_default("micro_batch", "per_device_train_batch_size", 8, f"{who}: per_device_train_batch_size=8")
+    ga = r.int_or_default("grad_accum", "gradient_accumulation_steps")
     for key in ("max_length", "max_seq_length"):
         n = r.int_(key)
         if n:
@@ -87,7 +81,7 @@ def read_hf(r: Reading, base: Path) -> None:
         r.set("offload_activations", True, "activation_offloading")
     _peft(r, trl)
     zero = hf_fsdp(r)
-    deepspeed = hf_deepspeed(r, base, {"micro_batch": mb or 8, "grad_accum": ga or 1, "precision16": precision16})
+    deepspeed = hf_deepspeed(r, base, {"micro_batch": mb, "grad_accum": ga or 1, "precision16": precision16})
     if not deepspeed:
         _set_precision(r, precision16, dtype, zero)
     r.use("dtype", "torch_dtype", "bf16", "fp16", "gradient_checkpointing", "activation_checkpointing", "packing")

@@ -43,12 +43,7 @@ def read_litgpt(r: Reading, base: Path) -> None:
         r.model(ref, "checkpoint_dir")
     lora = any(k.startswith("lora_") for k in r.data)
     devices = _devices(r)
-    mb = r.int_("train.micro_batch_size")
-    if mb:
-        r.set("micro_batch", mb, "train.micro_batch_size")
-    else:
-        r.default("micro_batch", 1, f"{_WHO} finetune: train.micro_batch_size=1")
-    mb = mb or 1
+    mb = r.int_or_default("micro_batch", "train.micro_batch_size", 1, f"{_WHO} finetune: train.micro_batch_size=1")
     gb = r.int_("train.global_batch_size") or 16
     per_rank = gb // devices
     if per_rank < mb or per_rank % mb:

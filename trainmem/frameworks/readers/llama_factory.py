@@ -55,14 +55,9 @@ def read_llama_factory(r: Reading, base: Path) -> None:
         r.default("seq_len", 2048, f"{_WHO}: cutoff_len=2048")
     if r.bool_("packing") or r.bool_("neat_packing") or (r.get("packing") is None and stage == "pt"):
         r.out.statements.append("packing on: every sequence is the full cutoff_len")
-    mb = r.int_("per_device_train_batch_size")
-    if mb:
-        r.set("micro_batch", mb, "per_device_train_batch_size")
-    else:
-        r.default("micro_batch", 8, f"{_WHO} (TrainingArguments): per_device_train_batch_size=8")
-    ga = r.int_("gradient_accumulation_steps")
-    if ga:
-        r.set("grad_accum", ga, "gradient_accumulation_steps")
+    mb = r.int_or_default("micro_batch", "per_device_train_batch_size", 8,
+                          f"{_WHO} (TrainingArguments): per_device_train_batch_size=8")
+    ga = r.int_or_default("grad_accum", "gradient_accumulation_steps")
     if r.bool_("disable_gradient_checkpointing"):
         r.set("recompute", "none", "disable_gradient_checkpointing")
     else:
@@ -75,7 +70,7 @@ def read_llama_factory(r: Reading, base: Path) -> None:
         raise r.refuse("use_unsloth / use_galore / use_badam / use_apollo are not modelled")
     precision16 = "bf16" if (r.bool_("bf16") or r.bool_("pure_bf16")) else ("fp16" if r.bool_("fp16") else None)
     zero = hf_fsdp(r)
-    auto = {"micro_batch": mb or 8, "grad_accum": ga or 1, "precision16": precision16}
+    auto = {"micro_batch": mb, "grad_accum": ga or 1, "precision16": precision16}
     if not hf_deepspeed(r, base, auto):
         _precision(r, kind, precision16, zero)
     r.use("bf16", "fp16", "pure_bf16", "stage", "finetuning_type", "packing", "neat_packing")

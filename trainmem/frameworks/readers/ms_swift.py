@@ -93,18 +93,11 @@ def read_ms_swift(r: Reading, base: Path) -> None:
     world = _world(r)
     kind = _tuner(r)
     _lengths(r)
-    mb = r.int_("per_device_train_batch_size")
-    if mb:
-        r.set("micro_batch", mb, "per_device_train_batch_size")
-    else:
-        r.default("micro_batch", 1, f"{_WHO} trainers/arguments.py: per_device_train_batch_size=1")
-    ga = r.int_("gradient_accumulation_steps")
-    if ga:
-        r.set("grad_accum", ga, "gradient_accumulation_steps")
-    else:
-        ga = max(1, math.ceil(16 / (mb or 1) / world))
-        r.default("grad_accum", ga, f"{_WHO} trainers/arguments.py: gradient_accumulation_steps="
-                                    f"ceil(16 / {mb or 1} / world size {world})")
+    mb = r.int_or_default("micro_batch", "per_device_train_batch_size", 1,
+                          f"{_WHO} trainers/arguments.py: per_device_train_batch_size=1")
+    ga = r.int_or_default("grad_accum", "gradient_accumulation_steps", max(1, math.ceil(16 / mb / world)),
+                          f"{_WHO} trainers/arguments.py: gradient_accumulation_steps=ceil(16 / {mb} / world size "
+                          f"{world})")
     gc = r.bool_("gradient_checkpointing")
     if gc is None:
         r.default("recompute", "full", f"{_WHO} trainers/arguments.py: gradient_checkpointing=True")
@@ -120,7 +113,7 @@ def read_ms_swift(r: Reading, base: Path) -> None:
     _multimodal(r, kind)
     weights, autocast = _dtypes(r, kind)
     fsdp_zero = _fsdp(r, base)
-    auto = {"micro_batch": mb or 1, "grad_accum": ga, "precision16": autocast}
+    auto = {"micro_batch": mb, "grad_accum": ga, "precision16": autocast}
     if not _deepspeed(r, base, auto):
         _precision(r, kind, weights, autocast, fsdp_zero)
     r.use("torch_dtype", "bf16", "fp16", "tuner_type", "train_type", "ENV", "tuner_backend")
