@@ -11,7 +11,9 @@ The estimate compared with each metric:
 metric         estimate field               why
 =============  ===========================  ==================================================
 allocated      ``peak_allocated_bytes``     prediction of ``torch.cuda.max_memory_allocated``
-reserved       ``peak_reserved_bytes``      prediction of ``torch.cuda.max_memory_reserved``
+reserved       ``peak_reserved_bytes``      prediction of ``torch.cuda.max_memory_reserved``; a point whose
+                                            setup gives ``sample_lengths`` (the figure is the peak over a run of
+                                            variable-length batches): ``peak_reserved_over_run_bytes``
 nvidia-smi     ``device_total_bytes``       reserved + CUDA context + NCCL buffers
 unspecified    ``peak_reserved_bytes``      the usual reading of "memory used" in a training log
 =============  ===========================  ==================================================
@@ -213,6 +215,8 @@ def evaluate(point: dict, known: set[str] | None = None) -> Row:
             row.failure = f"{type(err).__name__}: {err}"
         return row
     row.estimate = getattr(est, ESTIMATE_FIELD[point["metric"]])
+    if point["metric"] == "reserved" and est.peak_reserved_over_run_bytes is not None:
+        row.estimate = est.peak_reserved_over_run_bytes  # (max_memory_reserved over a run of sample_lengths)
     row.error = relative_error(row.estimate, low, high)
     row.breakdown = dict(est.breakdown_at_peak_bytes)
     row.peak_phase = est.peak_phase

@@ -122,6 +122,10 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("stack", _S, "--stack", "a framework's shipped defaults for the flags not given: hf-trainer|trl|torchtune|"
                              "litgpt|axolotl|llama-factory|unsloth|ms-swift|torchtitan|megatron|megatron-bridge|deepspeed|"
                              "llm-foundry|accelerate (docs/stacks.md)"),
+    ("sample_lengths", _S, "--sample-lengths", "the run's sample lengths: MEAN:STD or MEAN:STD:MIN:MAX tokens (log-normal, "
+                                               "fixed seed) or a file of lengths one per line; samples over --seq-len "
+                                               "dropped, batches padded to their longest: adds peak_reserved_over_run"),
+    ("run_steps", _I, "--run-steps", "with --sample-lengths: micro-batches the run replays [200; a file: all]"),
     ("gpu", _S, "--gpu", "GPU name [H100-SXM-80G] (trainmem gpus)"),
     ("gpu_memory", _S, "--gpu-memory", "memory of the GPU, e.g. 96GiB or 94GB (overrides the catalog's)"),
 )

@@ -75,6 +75,9 @@ offload_activations False          saved tensors to pinned host memory (torchtun
 image_tokens       0               vision-language models: visual tokens per sample, part of seq_len (trainmem/model/vlm.py)
 train_vision       False           VLMs: train the vision tower and projector (default frozen: LLaMA-Factory, ms-swift)
 train_projector    False           VLMs: train the projector only (LLaMA-Factory freeze_multi_modal_projector: false)
+sample_lengths     none            the run's sample lengths (MEAN:STD[:MIN:MAX] tokens or a file): reserved over a
+                                   run of padded variable-length micro-batches (trainmem/memory/run_reserve.py)
+run_steps          200 (a file: all) with sample_lengths: micro-batches replayed
 gpu                H100-SXM-80G    a name from the hardware catalog
 gpu_memory         catalog's       bytes of memory of the GPU (overrides the catalog)
 stack              none            a framework's shipped defaults for the fields not given (trainmem.frameworks)
@@ -307,6 +310,13 @@ class TrainingSetup(BaseModel):
     device_map: Literal["auto"] | None = None
     """``auto``: HF ``from_pretrained(device_map="auto")`` — one process, the layers split over ``gpus`` GPUs by
     accelerate's balanced map, one GPU busy at a time; HF Trainer adds no DDP (trainmem/memory/device_map.py)."""
+    sample_lengths: str | None = None
+    """The run's sample lengths in tokens, for reserved memory over a run (``peak_reserved_over_run_bytes``;
+    trainmem/memory/run_reserve.py): ``MEAN:STD`` or ``MEAN:STD:MIN:MAX`` (a log-normal of that mean and standard
+    deviation, truncated to [MIN, MAX], fixed seed) or a file of lengths one per line (in the loader's order).
+    Samples over ``seq_len`` are dropped, each micro-batch padded to its longest (no packing)."""
+    run_steps: int | None = Field(None, ge=1)
+    """With ``sample_lengths``: the micro-batches the run replays (default 200 for a distribution; a file: all)."""
     gpu: str = "H100-SXM-80G"
     gpu_memory: int | None = Field(None, ge=1)
     stack: str | None = None
@@ -538,6 +548,14 @@ class TrainingSetup(BaseModel):
         """``adapter_dtype`` needs LoRA and a base of that dtype (default fp32 with LoRA); activation offloading
         is modelled for one rank's plain loop and FSDP2 (pp 1)."""
         p = self.precision
+        if self.run_steps is not None and self.sample_lengths is None:
+            raise ValueError("--run-steps needs --sample-lengths (the run's sample lengths)")
+        if self.sample_lengths is not None:
+            from trainmem.memory.sample_lengths import parse_sample_lengths
+            parse_sample_lengths(self.sample_lengths)
+            if self.pp > 1 and not self.device_map:
+                raise ValueError("--sample-lengths with pipeline parallelism (pp > 1) is not modelled: the run replay "
+                                 "walks one rank's micro-batches one after another")
         if self.lora_dropout and not self.lora_rank:
             raise ValueError(f"--lora-dropout {self.lora_dropout:g} needs LoRA (--lora-rank > 0)")
         if self.adapter_dtype is not None and not self.lora_rank:

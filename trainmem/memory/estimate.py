@@ -30,7 +30,7 @@ from trainmem.model.spec import ModelSpec
 from trainmem.errors import ConfigError
 from trainmem.setup import FP8_BASE, TrainingSetup, validate_for_model
 
-__all__ = ["MemoryEstimate", "estimate"]
+__all__ = ["MemoryEstimate", "estimate", "record_step_events"]
 
 #: Simulate the middle of runs of identical layers as one block (tests switch it off to compare).
 _BULK = True
@@ -67,6 +67,12 @@ class MemoryEstimate:
     paged_optimizer_bytes: int = 0
     """Optimizer state in CUDA managed memory (bitsandbytes paged optimizers): outside the allocator's figures;
     counted in ``device_total_bytes`` as far as the GPU has room, never against ``fits``."""
+    peak_reserved_over_run_bytes: int | None = None
+    """With ``sample_lengths``: ``max_memory_reserved()`` over the run of variable-length micro-batches —
+    ``peak_reserved_bytes`` plus what the allocator replay over the run reserves beyond the same replay at one
+    repeated ``seq_len`` (at most the allocator's capacity; :mod:`trainmem.memory.run_reserve`). None otherwise."""
+    run_reserve: dict = field(default_factory=dict)
+    """With ``sample_lengths``: the run replay's figures (bytes) that ``peak_reserved_over_run_bytes`` rests on."""
     device_map: dict = field(default_factory=dict)
     """``--device-map auto``: the split and each GPU's figures (:func:`trainmem.memory.device_map.per_gpu_report`);
     the estimate's own figures are the most loaded GPU's."""
@@ -94,24 +100,28 @@ class MemoryEstimate:
             "cuda_only_bytes": self.cuda_only_bytes,
             "paged_optimizer_bytes": self.paged_optimizer_bytes,
             **({"device_map": dict(self.device_map)} if self.device_map else {}),
+            **({"peak_reserved_over_run_bytes": self.peak_reserved_over_run_bytes, "run_reserve": dict(self.run_reserve)}
+               if self.peak_reserved_over_run_bytes is not None else {}),
             "assumptions": list(self.assumptions),
             "setup": dict(self.setup),
         }
 
 
 def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str],
-              fp8_cache: int = 0, fp8: bool = False) -> tuple[Timeline, RankParams, ModelStates, int]:
+              fp8_cache: int = 0, fp8: bool = False,
+              record: bool = False) -> tuple[Timeline, RankParams, ModelStates, int]:
     """Walk one steady step of pipeline ``stage`` (see :mod:`trainmem.memory.walk`); ``fp8_cache``
     bytes of fp8 weight copies live through the whole step; ``fp8``: an fp8 run (``s`` holds its 16-bit
-    base recipe), whose Transformer Engine linears save fp8 inputs (megatron)."""
+    base recipe), whose Transformer Engine linears save fp8 inputs (megatron); ``record``: every layer walked
+    on its own (no bulk blocks) and the timeline's calls kept in ``Timeline.events`` (an allocator replay)."""
     import os
 
     rp = rank_params(spec, s, stage)
     engine = engine_for(spec, s, rp, notes)
     # (optimizer in backward: every layer's gradients come and go one by one; no block of them to walk)
     plan = build_plan(spec, s, rp, amp_copy=is_amp(s) and engine.amp_weight_copies,
-                      bulk=_BULK and not s.optimizer_in_backward and not s.offload_activations, fp8=fp8)
-    tl = Timeline(debug=bool(os.environ.get("TRAINMEM_ESTIMATE_DEBUG")))
+                      bulk=_BULK and not record and not s.optimizer_in_backward and not s.offload_activations, fp8=fp8)
+    tl = Timeline(debug=bool(os.environ.get("TRAINMEM_ESTIMATE_DEBUG")), events=[] if record else None)
     if fp8_cache:
         tl.alloc("fp8 weight cache", "parameters", fp8_cache)
     if s.flex_attention:  # (one causal BlockMask per batch, shared by the layers: memory/flex_attention.py)
@@ -122,6 +132,15 @@ def _simulate(spec: ModelSpec, s: TrainingSetup, stage: int, notes: list[str],
     StepWalk(spec, s, stage, plan, engine, loss_buffers(spec, s.for_target()), tl).run()  # (the decoder's tokens)
     tl.finish()
     return tl, rp, engine.st, plan.act_per_layer
+
+
+def record_step_events(spec: ModelSpec, s: TrainingSetup, stage: int, fp8_cache: int = 0,
+                       fp8: bool = False) -> list[tuple]:
+    """The timeline calls of one steady step of ``stage``, every layer walked on its own (``Timeline.events``:
+    what :mod:`trainmem.memory.run_reserve` replays through the caching allocator)."""
+    events = _simulate(spec, s, stage, [], fp8_cache, fp8=fp8, record=True)[0].events
+    assert events is not None
+    return events
 
 
 def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | None = None) -> MemoryEstimate:
@@ -168,8 +187,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
     assert best is not None
     tl, rp, st, act, stg, local_notes = best
     if tl.debug:
-        for k, (cat, n) in sorted(tl.peak_live.items(), key=lambda kv: -kv[1][1]):
-            print(f"{n:>14,d} {cat:22s} {k}")
+        print("\n".join(f"{n:>14,d} {cat:22s} {k}" for k, (cat, n) in sorted(tl.peak_live.items(), key=lambda kv: -kv[1][1])))
     notes.extend(local_notes)
     cuda_only = cuda_only_allocated_bytes(gpu)
     breakdown = dict(tl.peak_breakdown) or {c: 0 for c in CATEGORIES}
@@ -179,8 +197,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
     pools += post_peak_segment_bytes(setup, tl.post_peak_segment_bytes)
     reserved = reserved_bytes(peak, tl.current + cuda_only, cuda_only, pools)
     total = device_total_bytes(reserved, setup)
-    fits = total <= gpu.memory_bytes
-    headroom = gpu.memory_bytes - total
+    fits, headroom = total <= gpu.memory_bytes, gpu.memory_bytes - total
     # paged optimizer state: resident while the GPU has room (nvidia-smi counts it), else paged out
     total += min(st.paged, max(0, gpu.memory_bytes - total))
     static = tl.current + cuda_only
@@ -190,6 +207,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
         from trainmem.memory.device_map import device_map_note, per_gpu_report
         dm = per_gpu_report(split, per_gpu, cuda_only)
         notes.append(device_map_note(split, stg))
+    run = _over_run(spec, sim, stg, setup, gpu, reserved, fp8_stage_bytes, asked.precision == "fp8", notes)
     if setup.pp > 1:
         notes.append(f"pipeline: the most loaded stage is stage {stg} of {setup.pp} (1F1B keeps min(p - i, m) micro-batches in flight)")
     return MemoryEstimate(
@@ -201,7 +219,29 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
         timeline=list(tl.points), timeline_categories=list(tl.point_categories),
         timeline_phase_max=list(tl.phase_max), n_params=spec.n_params,
         n_trainable_params=_n_trainable(spec, setup), stage=stg, activation_bytes_per_layer=act,
-        cuda_only_bytes=cuda_only, assumptions=notes, setup=asked.model_dump(mode="json"), device_map=dm)
+        cuda_only_bytes=cuda_only, assumptions=notes, setup=asked.model_dump(mode="json"), device_map=dm, **run)
+
+
+def _over_run(spec: ModelSpec, sim: TrainingSetup, stg: int, setup: TrainingSetup, gpu: GPU, reserved: int,
+              fp8_stage_bytes: tuple[int, ...], fp8: bool, notes: list[str]) -> dict:
+    """``peak_reserved_over_run_bytes`` and ``run_reserve`` for ``setup.sample_lengths`` ({} without):
+    ``reserved`` + (replay over the run − replay at one repeated ``seq_len``), at most the capacity (the GPU less
+    the CUDA context and NCCL buffers: what ``cudaMalloc`` can give)."""
+    if setup.sample_lengths is None:
+        return {}
+    from trainmem.memory.run_reserve import run_reserved
+
+    capacity = gpu.memory_bytes - device_total_bytes(0, setup)
+    cache = fp8_stage_bytes[stg] if fp8_stage_bytes else 0
+    rr = run_reserved(lambda sp, st, g: record_step_events(sp, st, g, cache, fp8), spec, sim, stg, capacity)
+    over = min(capacity, reserved + rr.peak_reserved_bytes - rr.uniform_reserved_bytes)
+    notes.extend(rr.notes)
+    notes.append("peak_reserved_over_run_bytes = peak_reserved_bytes + (the run replay's peak reserved − the same "
+                 "replay with every micro-batch at --seq-len), at most the capacity")
+    return {"peak_reserved_over_run_bytes": over, "run_reserve": {"replay_peak_reserved_bytes": rr.peak_reserved_bytes,
+                  "replay_uniform_reserved_bytes": rr.uniform_reserved_bytes, "capacity_bytes": rr.capacity_bytes,
+                  "micro_batches": rr.n_micro_batches, "longest_tokens": rr.longest_tokens,
+                  "releases": rr.releases, "oom_micro_batch": rr.oom_micro_batch}}
 
 
 _FP8_NOTE = {

@@ -45,12 +45,18 @@ class Timeline:
     post_peak_segment_bytes: int = 0
     """Segments the caching allocator must add after the allocated peak: compute-stream blocks ≥ 10 MiB
     larger than every earlier one (see :func:`trainmem.memory.overhead.post_peak_segment_bytes`)."""
+    events: list[tuple] | None = None
+    """When a list: every call in program order, for an allocator replay (:mod:`trainmem.memory.run_reserve`):
+    ``("a", key, n_bytes, count, stream)`` (n_bytes as asked, before rounding; stream 1 = a collective stream),
+    ``("f", key)``, ``("r", old, new)``, ``("m", phase)``. None (the default): nothing recorded."""
 
     def alloc(self, key: str, category: str, n_bytes: int, *, count: int = 1, side_stream: bool = False,
               aggregate: bool = False) -> None:
         """Allocate ``count`` blocks of ``n_bytes`` (each rounded to 512 B) under one key; ``side_stream``:
         on a collective stream (its own pool: it neither serves nor is served by compute-stream blocks);
         ``aggregate``: many tensors summed in one block (never one cudaMalloc: not a segment candidate)."""
+        if self.events is not None:
+            self.events.append(("a", key, n_bytes, count, 1 if side_stream else 0))
         if n_bytes <= 0 or count <= 0:
             return
         if key in self.live:
@@ -78,6 +84,8 @@ class Timeline:
                 self.peak_live = dict(self.live)
 
     def free(self, key: str) -> None:
+        if self.events is not None:
+            self.events.append(("f", key))
         item = self.live.pop(key, None)
         if item is None:
             return
@@ -91,6 +99,8 @@ class Timeline:
 
     def rename(self, old: str, new: str) -> None:
         """The same block under a new name (no allocation, no free)."""
+        if self.events is not None:
+            self.events.append(("r", old, new))
         if old in self.live:
             self.live[new] = self.live.pop(old)
 
@@ -99,6 +109,8 @@ class Timeline:
 
     def mark(self, phase: str) -> None:
         """Start a phase and record a timeline point."""
+        if self.events is not None:
+            self.events.append(("m", phase))
         if self.points:
             self.phase_max[-1] = max(self.phase_max[-1], self._phase_max)
         self.phase = phase
