@@ -205,15 +205,27 @@ def _batch3_lines(rows: list[Judged], data: dict) -> list[str]:
     """Held-out batch 3 (frozen before the doctor was run on it) and what held-out batch 1's undetermined threads
     carry."""
     third = data.get("held_out_3", {})
+    moved = [t["id"] for t in data["threads"] if t.get("dev_since") and t["split"] == "held_out_3"]
     und = [r for r in rows if r.split == "held_out" and r.undetermined]
     bare = sum(not r.pasted for r in und)
     return [
         f"Held-out batch 3 ({len(third.get('repos', ()))} repositories: {', '.join(third.get('repos', ()))}) was "
         f"collected and frozen {third.get('frozen', '?')} (commit 7101993) after batch 2 had been scored, before the "
-        "doctor was run on it; no rule was changed after seeing it. As first measured:",
+        "doctor was run on it. As first measured (the table above counts "
+        + (", ".join(moved) or "none") + " as dev since: "
+        + ("it changed a rule, `dev_since` in the data says why" if moved else "no rule changed") + "):",
         "",
         "\n".join([_HEAD[0].format(what="split (doctor at 7101993)"), _HEAD[1],
                    _row(_label("held_out_3"), FIRST_MEASURED["held_out_3"])]),
+        "",
+        "The rule batch 3 changed: one OOM request the size of a DeepSpeed ZeRO-1/2 flat model-state buffer (the "
+        "16-bit flat copy of the rank's parameters, 2 B each; the rank's fp32 master partition, 4 B per parameter over "
+        "the data-parallel ranks, the size of each Adam state too; ZeRO-2's 16-bit gradient partition, 2 B over the "
+        "ranks; runtime/zero/stage_1_and_2.py) is static memory, not activations nor a shape bug, even when larger "
+        "than the GPU (dev thread lf-1221's 3.14 GiB in Adam's update is 4 B × 6.74 B parameters / 8 ranks). "
+        "colossalai-4962's 25.10 GiB on a 24 GB card is 4 B × llama-2-7b's 6.74 B parameters: it went from "
+        "`activation_overflow` (a shape bug, 0.97) to `static_overflow` and counts as dev since; scored once after "
+        "the rule, every other thread keeps its first cause and fixes.",
         "",
         f"What held-out batch 1's {len(und)} `undetermined` threads carry: {bare} have no error text (the thread "
         "states an OOM without the message, so the doctor gets the bare line) and a setup whose estimate fits the "
@@ -253,7 +265,8 @@ def markdown(rows: list[Judged], data: dict) -> str:
         "message, the doctor gets the bare `torch.cuda.OutOfMemoryError: CUDA out of memory.` line.",
         "",
         "Held-out batch 2 as first measured, with the doctor it was frozen against (one of its threads, "
-        + ", ".join(t["id"] for t in data["threads"] if t.get("dev_since")) + ", then changed a rule and counts as dev "
+        + ", ".join(t["id"] for t in data["threads"] if t.get("dev_since") and t["split"] == "held_out_2")
+        + ", then changed a rule and counts as dev "
         "since: `dev_since` in the data says why):",
         "",
         "\n".join([_HEAD[0].format(what="split (doctor at 284953996b)"), _HEAD[1],

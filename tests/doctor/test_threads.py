@@ -158,3 +158,8 @@ def test_readme_figures_are_the_scripts() -> None:
     h3 = b.summary(list(_rows()), "held_out_3")
     assert [int(x) for x in m3.groups()] == [h3["threads"], len(b.load()["held_out_3"]["repos"]), h3["cause_right"],
                                              h3["threads"], h3["undetermined"], h3["fix_offered"], h3["threads"]]
+    first = b.FIRST_MEASURED["held_out_3"]
+    m4 = re.search(r"As first measured, on all (\d+): (\d+)/(\d+) and (\d+)/(\d+); the 12th \(([\w-]+)\)", text)
+    assert m4 and [int(x) for x in m4.groups()[:5]] == [first["threads"], first["cause_right"], first["threads"],
+                                                        first["fix_offered"], first["threads"]]
+    assert b.load()["threads"][[t["id"] for t in b.load()["threads"]].index(m4.group(6))].get("dev_since")

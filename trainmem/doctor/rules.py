@@ -9,10 +9,12 @@ the evidence shows the cause, and findings are listed most likely first (ties: m
 * 0.8–0.97 — shown directly: another process on the job's GPU (nvidia-smi, or named by PID in the OOM message
   with the memory that would have made room), the traceback's phase naming the cause (an OOM while loading the
   model, in a DataLoader thread, a device→host pinned copy), a statistical test (the leak's Mann–Kendall
-  p < 1e-3), the job's other ranks' contexts on one GPU, a request larger than the whole GPU, reserved-but-
+  p < 1e-3), the job's other ranks' contexts on one GPU, a request larger than the whole GPU (a shape bug, unless
+  it is a model-state buffer's size), reserved-but-
   unallocated bytes that could have served the request (more, the larger they are against what is allocated);
 * 0.6–0.8 — a quantitative signature: a baseline that exceeds the estimate by 2 or 4 B per parameter (closer,
-  likelier), reserved above the step's *peak* allocated in a per-step log, a snapshot's free blocks that cannot
+  likelier), one request the size of a DeepSpeed ZeRO-1/2 flat model-state buffer (:data:`STATE_BUFFERS`: static
+  memory, even when larger than the GPU), reserved above the step's *peak* allocated in a per-step log, a snapshot's free blocks that cannot
   serve its request, an OOM in a forward or backward with no estimate to say otherwise, the estimate predicting
   the overflow;
 * below :data:`THRESHOLD` (0.6) — circumstantial: an OOM with no phase, an OOM in a forward the estimate says
@@ -56,6 +58,12 @@ of 72 points more than 10 % low: docs/published.md, dev split, as of c1c2a05).""
 EXCESS = 0.25
 """An OOM message's allocated bytes this far above the estimate's peak show a step holding more than its flags
 describe (longer sequences or a larger micro-batch than stated: the model states do not change with the data)."""
+STATE_BUFFER_SPREAD = 0.02
+"""How close (relative) one OOM request must be to a flat model-state buffer's size to be read as that buffer: the
+buffer holds a parameter group (the weight-decay group: all but the norms and biases, < 0.1 % of an LLM's
+parameters) padded to NCCL's alignment."""
+STATE_BUFFER_MIN_BYTES = 512 * MiB
+"""Smaller requests are not read as a model-state buffer (activation tensors of that size are common)."""
 CONTEXT_MAX_BYTES = 2 * GiB
 """The most a process holding only a CUDA context (and NCCL's buffers) uses: 0.3–1 GiB per context in
 pytorch/pytorch#49481 and #64130; a process above it is doing work of its own."""
@@ -161,6 +169,40 @@ def _fixes(exp: Expected | None, static_only: bool = False, cap: int | None = No
     return (*memory_fixes(exp, static_only=static_only), *extra)
 
 
+STATE_BUFFERS = (
+    (2, False, "the 16-bit flat copy of all the rank's parameters (2 B each), built at initialisation"),
+    (4, True, "the rank's fp32 master-weight partition (4 B per parameter over the data-parallel ranks; Adam's exp_avg "
+              "and exp_avg_sq are the same size)"),
+    (2, True, "the rank's 16-bit gradient partition (2 B per parameter over the data-parallel ranks)"),
+)
+"""DeepSpeed ZeRO-1/2's flat model-state buffers, (bytes per parameter, divided over the data-parallel ranks, what):
+``DeepSpeedZeroOptimizer`` (runtime/zero/stage_1_and_2.py) flattens each parameter group into one 16-bit tensor
+(``bit16_groups_flat``), clones the rank's partition of it to fp32 in one allocation
+(``single_partition_of_fp32_groups``: ``...[partition_id].to(device).clone().float()``) that the optimizer's states
+are ``zeros_like`` of, and under ZeRO-2 keeps the rank's gradients in one 16-bit partition (``grads_in_partition``)."""
+
+
+def _state_buffer(ev: Evidence, exp: Expected | None) -> str | None:
+    """The OOM's one request is a flat model-state buffer of :data:`STATE_BUFFERS` (within
+    :data:`STATE_BUFFER_SPREAD`), not raised in a forward or the loss: static memory, whatever its size against the
+    GPU. Full fine-tuning on DeepSpeed ZeRO-1/2 only (LoRA flattens the adapters; ZeRO-3 flattens sub-groups)."""
+    o, w = ev.oom, ev.where
+    if exp is None or o is None or o.tried_bytes is None or o.tried_bytes < STATE_BUFFER_MIN_BYTES:
+        return None
+    s = exp.setup
+    if s.engine != "deepspeed" or s.zero not in (1, 2) or s.lora_rank or (w is not None and w.phase in (
+            "forward", "loss")):
+        return None
+    from trainmem.memory.states import rank_params
+    n = rank_params(exp.spec, s, exp.estimate.stage).total
+    for per, over_dp, what in STATE_BUFFERS:
+        size = per * n / (s.dp if over_dp else 1)
+        if (not over_dp or s.zero == 2 or per == 4) and abs(o.tried_bytes - size) <= STATE_BUFFER_SPREAD * size:
+            return (f"the {g(o.tried_bytes)} request is {what}: a flat model-state buffer of DeepSpeed "
+                    f"ZeRO-{s.zero} (stage_1_and_2.py), static memory, not activations nor a shape bug")
+    return None
+
+
 def static_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     """Parameters + gradients + optimizer states do not fit (article: OOM right at load → ZeRO-2/3, offload)."""
     if _setup_only(ev):
@@ -171,9 +213,10 @@ def static_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     too_big = e is not None and cap is not None and e.static_bytes > _usable(cap, exp)
     opt_peak = e is not None and e.peak_phase == "optimizer step" and _over(exp, cap)
     no_phase_opt = opt_peak and ev.oom is not None and (w is None or (w.phase == "unknown" and not w.checkpoint))
-    if not (at_load or too_big or at_opt or no_phase_opt):
+    buf = _state_buffer(ev, exp)
+    if not (at_load or too_big or at_opt or no_phase_opt or buf):
         return None
-    sentences = [s for s in (_where_sentence(ev), *_oom_sentences(ev)) if s]
+    sentences = [s for s in (_where_sentence(ev), *_oom_sentences(ev), buf) if s]
     if no_phase_opt and not too_big:
         sentences.append(f"the estimate peaks in the optimizer step at {g(e.peak_allocated_bytes)} "
                          f"({g(e.device_total_bytes)} with CUDA context and NCCL) on the {g(cap)} GPU: the model states "
@@ -194,6 +237,8 @@ def static_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
         0.85 if (at_opt and opt_peak) else 0.7
     if w is not None and w.from_text and like > 0.75:
         like = 0.75  # the phase read from a code line, not from a frame
+    if buf:
+        like = max(like, 0.8)  # the request's size is a model-state buffer's: a quantitative signature
     fixes = _fixes(exp, static_only=True, cap=capacity_bytes(ev, exp) or _default_cap(exp))
     if exp is not None and not fixes:
         sentences.append(f"no sharding or offload option applies to the {exp.setup.engine} engine on "
@@ -214,7 +259,8 @@ def activation_overflow(ev: Evidence, exp: Expected | None) -> Finding | None:
     known = capacity_bytes(ev, exp)
     w, o, cap, e = ev.where, ev.oom, _bound(known, exp), (exp.estimate if exp else None)
     dyn = w is not None and w.phase in ("forward", "loss", "backward")
-    shape_bug = o is not None and o.tried_bytes is not None and o.tried_bytes > (cap or _max_gpu_bytes())
+    shape_bug = o is not None and o.tried_bytes is not None and o.tried_bytes > (cap or _max_gpu_bytes()) \
+        and _state_buffer(ev, exp) is None  # a model-state buffer larger than the GPU is static_overflow's
     ran = ev.log is not None and not ev.log.ooms and o is None  # a log of steps that ran, no OOM: not predicted
     pred = e is not None and cap is not None and e.static_bytes <= _usable(cap, exp) and _over(exp, cap) \
         and e.peak_phase != "optimizer step" and not ran  # an optimizer-step peak is static_overflow's

@@ -113,6 +113,14 @@ EXACT: dict[str, str] = {
     "would decide: --nvidia-smi, the processes on the GPU": "能判断的证据：--nvidia-smi，GPU 上有哪些进程",
     "would decide: --gpu (or --gpu-memory), the GPU the run uses: the estimate is judged against it":
         "能判断的证据：--gpu（或 --gpu-memory），这次运行用的 GPU：估算要和它比较",
+    # rules.py: DeepSpeed ZeRO-1/2's flat model-state buffers (STATE_BUFFERS)
+    "the 16-bit flat copy of all the rank's parameters (2 B each), built at initialisation":
+        "本 rank 全部参数的 16 位扁平副本（每个参数 2 B），在初始化时建立",
+    "the rank's fp32 master-weight partition (4 B per parameter over the data-parallel ranks; Adam's exp_avg and "
+    "exp_avg_sq are the same size)":
+        "本 rank 的 fp32 主权重分区（每个参数 4 B，按数据并行 rank 数切分；Adam 的 exp_avg 和 exp_avg_sq 大小相同）",
+    "the rank's 16-bit gradient partition (2 B per parameter over the data-parallel ranks)":
+        "本 rank 的 16 位梯度分区（每个参数 2 B，按数据并行 rank 数切分）",
 }
 
 PATTERNS: list[tuple[str, str]] = [
@@ -179,6 +187,10 @@ PATTERNS: list[tuple[str, str]] = [
     ("estimate: model states {s} between steps", "估算：模型状态在步间占 {s}"),
     ("no sharding or offload option applies to the {e:w} engine on {n:d} GPU (trainmem compare)",
      "{n} 张 GPU 上的 {e} 引擎没有可用的切分或卸载方案（trainmem compare）"),
+    ("the {t} request is {what}: a flat model-state buffer of DeepSpeed ZeRO-{z:d} (stage_1_and_2.py), static memory, "
+     "not activations nor a shape bug",
+     "申请的 {t} 是{what!t}：DeepSpeed ZeRO-{z} 的扁平模型状态缓冲区（stage_1_and_2.py），属于静态显存，不是激活值，"
+     "也不是形状 bug"),
     ("a single {t} tensor is larger than the whole GPU: a shape bug, not a memory setting (run micro-batch 1 with a "
      "short sequence first)", "单个 {t} 的张量比整张 GPU 还大：这是形状 bug，不是显存配置问题（先用 micro-batch 1、"
      "短序列把流程跑通）"),
