@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from trainmem.hardware import GPU, get_gpu
 from trainmem.memory.layers.base import is_amp
 from trainmem.memory.engines import ModelStates, engine_for
+from trainmem.memory.engines.fsdp1 import fsdp1_pre_unshard_pool_bytes
+from trainmem.memory.engines.fsdp2 import fsdp2_offload_copy_in_pool_bytes
 from trainmem.memory.loss import loss_buffers
 from trainmem.memory.overhead import (CUDA_CONTEXT_BYTES, cuda_only_allocated_bytes, device_total_bytes,
                                       fsdp2_stream_pools_bytes, post_peak_segment_bytes,
@@ -195,6 +197,9 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, stages: tuple[int, ...] | No
     peak = tl.peak + cuda_only
     pools = fsdp2_stream_pools_bytes(setup, rp.embedding + rp.lm_head, tl.category_peak, tl.peak_breakdown)
     pools += post_peak_segment_bytes(setup, tl.post_peak_segment_bytes)
+    pools += fsdp1_pre_unshard_pool_bytes(st.pre_unshard_max,  # (FSDP1's pre-unshard stream: engines/fsdp1.py)
+                                          st.pre_unshard_at_peak[1] if st.pre_unshard_at_peak[0] == tl.peak else 0)
+    pools += fsdp2_offload_copy_in_pool_bytes(setup, rp.embedding + rp.lm_head)
     reserved = reserved_bytes(peak, tl.current + cuda_only, cuda_only, pools)
     total = device_total_bytes(reserved, setup)
     fits, headroom = total <= gpu.memory_bytes, gpu.memory_bytes - total

@@ -30,6 +30,8 @@ class ModelStates:
     step_temp: int = 0
     unsharded_elem: int = 0     # fsdp2/zero-3: bytes of a gathered parameter element
     paged: int = 0              # optimizer state in CUDA managed memory (bitsandbytes paged optimizers)
+    pre_unshard_max: int = 0    # FSDP1: the largest block set on the pre-unshard stream (its own pool)
+    pre_unshard_at_peak: tuple[int, int] = (0, 0)  # FSDP1: (timeline peak, pre-unshard bytes live at it)
 
 
 def lora_base(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str]) -> tuple[int, int]:

@@ -34,7 +34,11 @@ torch/distributed/fsdp/:
   into ``_mp_shard``); the sharded gradient is still made on the GPU as ``_saved_grad_shard`` and copied into the
   pinned ``_cpu_grad`` (``_offload_grad``); ``_saved_grad_shard`` is deleted only in the final callback
   (``_finalize_params`` → ``prepare_gradient_for_optim``): every unit's sharded gradient is on the GPU until the
-  end of backward.
+  end of backward;
+* the GPU copies ``pre_unshard`` makes (``_mp_shard``; with offload the shard's H2D copy) are allocated under the
+  pre-unshard stream (``_runtime_utils.py`` ``_unshard``), a pool of its own in the caching allocator: its largest
+  set of blocks — usually the root unit's, which unshards first — stays reserved and free at the compute peak
+  (:func:`fsdp1_pre_unshard_pool_bytes`, added to the reserve by :func:`trainmem.memory.estimate.estimate`).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from trainmem.memory.states import optimizer_state_bytes, optimizer_step_temp_by
 from trainmem.setup import TrainingSetup
 
 __all__ = ["FSDP1Engine", "fsdp1_shard_elems", "fsdp1_storage_elem_bytes", "fsdp1_param_dtype_bytes",
-           "fsdp1_uses_mixed_precision"]
+           "fsdp1_uses_mixed_precision", "fsdp1_pre_unshard_bytes", "fsdp1_pre_unshard_pool_bytes"]
 
 
 def fsdp1_shard_elems(n: int, dp: int) -> int:
@@ -72,6 +76,39 @@ def fsdp1_param_dtype_bytes(s: TrainingSetup) -> int:
     """Bytes of one element of ``_full_param_padded`` (and of the unsharded gradient): param_dtype under
     mixed precision, else the flat parameter's own dtype (torch 2.13 _flat_param.py ``init_flat_param_attributes``)."""
     return 2 if fsdp1_uses_mixed_precision(s) else fsdp1_storage_elem_bytes(s)
+
+
+def fsdp1_pre_unshard_bytes(gathered_shard_bytes: int, load_shard_bytes: int, mixed_precision: bool,
+                            offload: bool) -> int:
+    """Bytes one unit's ``pre_unshard`` holds at once on FSDP1's pre-unshard stream (torch 2.13
+    torch/distributed/fsdp/_runtime_utils.py ``_unshard``: ``with state._device_handle.stream(pre_unshard_stream):
+    handle.pre_unshard()``; _flat_param.py ``pre_unshard``). ``gathered_shard_bytes``: the local shard in
+    param_dtype (what is all-gathered); ``load_shard_bytes``: the same shard in the dtype it is stored in.
+
+    * mixed precision: ``_use_low_precision_shard`` allocates ``_mp_shard`` (param_dtype) and, with offload,
+      copies into it from ``_local_shard.to(self.device, non_blocking=True)`` — a GPU copy of the pinned shard in
+      the stored dtype, alive with ``_mp_shard`` during the ``copy_``;
+    * offload without mixed precision: ``flat_param_to(self.device, non_blocking=True)``, one GPU copy of the
+      pinned shard (``flat_param.data``, dropped once ``_use_unsharded_flat_param`` points the data at
+      ``_full_param_padded``);
+    * neither: a no-op (the shard is already on the GPU in the dtype gathered)."""
+    if mixed_precision:
+        return gathered_shard_bytes + (load_shard_bytes if offload else 0)
+    return load_shard_bytes if offload else 0
+
+
+def fsdp1_pre_unshard_pool_bytes(largest_bytes: int, live_at_peak_bytes: int) -> int:
+    """Bytes of the pre-unshard stream's pool cached and free at the compute stream's peak, where the compute
+    stream cannot use them (rounded up to the 2 MiB ``kRoundLarge``). The caching allocator serves a request
+    only from blocks of the request's stream (c10/cuda/CUDACachingAllocator.cpp, torch 2.13: ``get_free_block``,
+    ``BlockComparatorSize`` orders by stream first) and never returns a segment without memory pressure, so the
+    largest set of blocks ``pre_unshard`` ever held at once (:func:`fsdp1_pre_unshard_bytes`; usually the root
+    unit's, which unshards first: embedding and LM head) stays reserved for that stream; smaller units split
+    it. ``live_at_peak_bytes``: what of it is allocated at the peak (counted there already). A lower bound:
+    ``record_stream`` (the all-gather on the unshard stream reads the copy) can hold a block past its free
+    while the next unit's pre-unshard allocates another."""
+    raw = max(0, largest_bytes - live_at_peak_bytes)
+    return -(-raw // (2 * 1024 * 1024)) * (2 * 1024 * 1024)
 
 
 class FSDP1Engine(FSDP2Engine):
@@ -128,13 +165,28 @@ class FSDP1Engine(FSDP2Engine):
         if tl.has(key):
             return
         full = self._ag_bytes(n, experts, quantized)
-        mp = fsdp1_uses_mixed_precision(self.s) and not quantized
-        shard_in = full // self.s.fsdp_shard_degree if (mp or self._offloaded()) else 0
-        tl.alloc(key + ":mp_shard", "communication_buffers", shard_in)
-        if mp and self._offloaded():
-            tl.spike(key + ":h2d", "temporaries", shard_in * fsdp1_storage_elem_bytes(self.s) // 2)
+        mp, off = fsdp1_uses_mixed_precision(self.s) and not quantized, self._offloaded()
+        shard = full // self.s.fsdp_shard_degree  # (the local shard, as gathered: param_dtype)
+        load = shard * fsdp1_storage_elem_bytes(self.s) // 2 if mp else shard  # (as stored)
+        # on the pre-unshard stream (a side stream: its own pool, fsdp1_pre_unshard_pool_bytes)
+        kept = fsdp1_pre_unshard_bytes(shard, load, mp, off) - (load if mp and off else 0)
+        tl.alloc(key + ":mp_shard", "communication_buffers", kept, side_stream=True)
+        self._pre_unshard_live(kept)
+        if mp and off:
+            tl.alloc(key + ":h2d", "temporaries", load, side_stream=True)
+            self._pre_unshard_live(kept + load)
+            tl.free(key + ":h2d")
         tl.alloc(key, "parameters", full)
+        self._pre_unshard_live(kept)
         tl.free(key + ":mp_shard")
+
+    def _pre_unshard_live(self, live: int) -> None:
+        """Record what the pre-unshard stream holds now: its largest total, and its share of the peak when the
+        timeline is at its peak now (``ModelStates.pre_unshard_max`` / ``pre_unshard_at_peak``)."""
+        st, tl = self.st, self.tl
+        st.pre_unshard_max = max(st.pre_unshard_max, live)
+        if tl.current == tl.peak:
+            st.pre_unshard_at_peak = (tl.peak, live)
 
     def prefetch(self, key: str, n: int, experts: int = 0, quantized: int = 0) -> None:
         """``_prefetch_handle``: the same ``_unshard``, issued early."""

@@ -18,7 +18,8 @@ from trainmem.memory.states import (
 from trainmem.setup import TrainingSetup
 from trainmem.units import round_up_bytes as _r
 
-__all__ = ["FSDP2Engine", "fsdp_shard_elems", "fsdp_replicated_quant_state_bytes", "fsdp_gathered_nf4_bytes"]
+__all__ = ["FSDP2Engine", "fsdp_shard_elems", "fsdp_replicated_quant_state_bytes", "fsdp_gathered_nf4_bytes",
+           "fsdp2_offload_allgather_input_bytes", "fsdp2_offload_copy_in_pool_bytes"]
 
 
 def fsdp_shard_elems(n: int, experts: int, n_experts: int, dp: int) -> int:
@@ -48,6 +49,35 @@ def fsdp_gathered_nf4_bytes(s: TrainingSetup, n_quantized: int) -> int:
     if s.qlora_impl == "torchao":
         return qlora_base_bytes(n_quantized)
     return nf4_packed_bytes(n_quantized)
+
+
+def fsdp2_offload_allgather_input_bytes(allgather_output_bytes: int, dp: int) -> int:
+    """Bytes of the GPU copies of a unit's sharded parameters that ``CPUOffloadPolicy`` makes for its all-gather:
+    one rank's share of the all-gather output. torch 2.13 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
+    ``foreach_all_gather``: under the all-gather copy-in stream ``_get_param_all_gather_inputs`` skips the
+    foreach-copy fast path for offloaded parameters (``use_foreach_copy``: ``not fsdp_param.offload_to_cpu``) and
+    takes ``FSDPParam.all_gather_inputs`` (_fsdp_param.py): ``_sharded_param_data.to(self.device,
+    non_blocking=True)`` cast to param_dtype, one tensor per parameter; the all-gather output is allocated next,
+    ``all_gather_copy_in`` copies the inputs into its local slice, and ``del param_all_gather_inputs`` drops them.
+    Without offload the copy-in reads the GPU shards directly (nothing extra)."""
+    return allgather_output_bytes // dp
+
+
+def fsdp2_offload_copy_in_pool_bytes(s: TrainingSetup, root_params: int) -> int:
+    """Bytes ``CPUOffloadPolicy`` adds to the all-gather copy-in stream's pool, free at the compute stream's peak
+    (rounded up to the 2 MiB ``kRoundLarge``): the root unit's GPU copies of its sharded parameters
+    (:func:`fsdp2_offload_allgather_input_bytes` of the root's all-gather output: ``root_params`` embedding + LM
+    head elements on this rank before FSDP sharding, in param_dtype) are allocated on that stream before, and alive with, the root's all-gather output, so the pool
+    holds both at once; the caching allocator keeps each stream's segments for that stream and never returns
+    them without memory pressure (c10/cuda/CUDACachingAllocator.cpp, torch 2.13). The output's own block is
+    :func:`trainmem.memory.overhead.stream_pool_reserve_bytes`' ``root_allgather_bytes``; later units' copies
+    reuse these blocks and are dropped after their copy-in. 0 without offload, for FSDP1 (its copies go to the
+    pre-unshard stream: :func:`trainmem.memory.engines.fsdp1.fsdp1_pre_unshard_pool_bytes`) and on one rank."""
+    if s.engine != "fsdp2" or s.fsdp_version != 2 or s.offload != "optimizer+params" or s.fsdp_shard_degree <= 1:
+        return 0
+    elem = 4 if s.precision == "fp32" else 2
+    raw = fsdp2_offload_allgather_input_bytes(elem * root_params, s.fsdp_shard_degree)
+    return -(-raw // (2 * 1024 * 1024)) * (2 * 1024 * 1024)
 
 
 class FSDP2Engine(Engine):
@@ -102,7 +132,7 @@ class FSDP2Engine(Engine):
         pending = "ag_pending:" + key
         if not tl.has(pending):
             tl.free("ag_state")
-            tl.alloc(pending, "communication_buffers", self._ag_bytes(n, experts, quantized), side_stream=True)
+            self._all_gather_out(pending, self._ag_bytes(n, experts, quantized))
         # (the unsharded parameters are views of the padded per-parameter all-gather outputs)
         tl.alloc(key, "parameters", self._ag_bytes(n, experts, quantized))
         tl.free("ag_state")
@@ -114,8 +144,20 @@ class FSDP2Engine(Engine):
         if tl.has(key) or tl.has("ag_pending:" + key):
             return
         tl.free("ag_state")
-        tl.alloc("ag_pending:" + key, "communication_buffers", self._ag_bytes(n, experts, quantized),
-                 side_stream=True)
+        self._all_gather_out("ag_pending:" + key, self._ag_bytes(n, experts, quantized))
+
+    def _offloaded(self) -> bool:
+        return self.s.offload == "optimizer+params"
+
+    def _all_gather_out(self, pending: str, size: int) -> None:
+        """``foreach_all_gather`` on the copy-in stream: with ``CPUOffloadPolicy`` first the GPU copies of the
+        sharded parameters (:func:`fsdp2_offload_allgather_input_bytes`), then the all-gather output; the
+        copies are dropped after the copy-in."""
+        tl = self.tl
+        h2d = fsdp2_offload_allgather_input_bytes(size, self.s.fsdp_shard_degree) if self._offloaded() else 0
+        tl.alloc(pending + ":h2d", "communication_buffers", h2d, side_stream=True)
+        tl.alloc(pending, "communication_buffers", size, side_stream=True)
+        tl.free(pending + ":h2d")
 
     def reduce(self, keys: list[str], n: int, experts: int = 0) -> None:
         """post_backward: free the previous reduce-scatter input (``reduce_scatter_state``), copy the
