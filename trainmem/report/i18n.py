@@ -47,6 +47,8 @@ _STRINGS: dict[str, dict[str, str]] = {
     "share": {"en": "share of peak", "zh": "峰值占比"},
     "peak_allocated": {"en": "peak allocated (max_memory_allocated)", "zh": "峰值已分配（max_memory_allocated）"},
     "peak_reserved": {"en": "peak reserved (max_memory_reserved)", "zh": "峰值已保留（max_memory_reserved）"},
+    "peak_reserved_over_run": {"en": "peak reserved over the run (--sample-lengths)",
+                               "zh": "整次训练的峰值已保留（--sample-lengths）"},
     "device_total": {"en": "device total (nvidia-smi)", "zh": "设备总占用（nvidia-smi）"},
     "static_total": {"en": "static between steps", "zh": "步间常驻显存"},
     "host": {"en": "host RAM per rank", "zh": "每个进程的主机内存"},

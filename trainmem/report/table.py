@@ -57,6 +57,8 @@ def print_estimate(spec: ModelSpec, setup: TrainingSetup, est: MemoryEstimate, l
     tab.add_section()
     tab.add_row(f"[bold]{t('peak_allocated', lang)}[/bold]", "", *_both(peak), "100 %")
     tab.add_row(t("peak_reserved", lang), "", *_both(est.peak_reserved_bytes), "")
+    if est.peak_reserved_over_run_bytes is not None:
+        tab.add_row(t("peak_reserved_over_run", lang), "", *_both(est.peak_reserved_over_run_bytes), "")
     tab.add_row(t("device_total", lang), "", *_both(est.device_total_bytes), "")
     tab.add_row(t("static_total", lang), "", *_both(est.static_bytes), "")
     if est.host_memory_bytes:
