@@ -10,20 +10,20 @@ from typing import Any
 
 __all__ = ["GPU", "get_gpu", "list_gpus", "Cluster", "GPUGroup", "Link", "parse_cluster", "get_link", "list_links"]
 
-_LAZY = {"GPU": "trainmem.hardware.catalog", "get_gpu": "trainmem.hardware.catalog",
-         "list_gpus": "trainmem.hardware.catalog", "Cluster": "trainmem.hardware.cluster",
-         "GPUGroup": "trainmem.hardware.cluster", "Link": "trainmem.hardware.cluster",
-         "parse_cluster": "trainmem.hardware.cluster", "get_link": "trainmem.hardware.links",
-         "list_links": "trainmem.hardware.links"}
-
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'trainmem.hardware' has no attribute {name!r}")
+    # (plain imports, not importlib: tests/test_structure.py reads them as the package's edges)
+    if name in ("GPU", "get_gpu", "list_gpus"):
+        from trainmem.hardware import catalog as module
+    elif name in ("Cluster", "GPUGroup", "Link", "parse_cluster"):
+        from trainmem.hardware import cluster as module  # type: ignore[no-redef]
+    elif name in ("get_link", "list_links"):
+        from trainmem.hardware import links as module  # type: ignore[no-redef]
+    else:
+        raise AttributeError(f"module 'trainmem.hardware' has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
