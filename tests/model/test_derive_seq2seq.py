@@ -270,7 +270,8 @@ def test_lora_trainable_params_equal_peft_own_count(family, targets):
 #: LoRA r 8 (--engine torch, no recompute) against a full traced step, measured once at b 4, s 256: T5 amp +0.15 %,
 #: amp + lora_dropout 0.1 +0.15 %; BART amp +1.84 %, amp + lora_dropout 0.1 +1.77 %; at b 2, s 128 (below, for speed):
 #: T5 amp -0.10 %, BART amp + dropout +0.86 %. Full recompute read -4.7 % (T5 bf16) and -3.2 % (BART bf16) at b 4,
-#: s 256, not understood: refused (below). The same two tiny configs built the seq2seq description (development data).
+#: s 256: refused (below; what the trace holds that the walk lacks: trainmem/model/derive_seq2seq.py's docstring).
+#: The same two tiny configs built the seq2seq description (development data).
 LORA_SETUPS = [("t5", dict(precision="amp-bf16")), ("bart", dict(precision="amp-bf16", lora_dropout=0.1))]
 
 

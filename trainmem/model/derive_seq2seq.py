@@ -40,14 +40,26 @@ walk gives the decoder's layers, its final norm, the LM head and the loss the ta
 expert parallelism, Megatron, QLoRA, selective recompute, fp8, offload, torch.compile, a loss other
 than the model's own.
 
-LoRA (PEFT, ``--engine torch``, no recompute: with full recompute the estimate read -4.7 % (T5) and -3.2 % (BART)
-against a full trace, not yet understood, so refused): the adaptable linears of each stack's layers are read from the meta build
-(:attr:`Seq2SeqLayers.linears`; targets as PEFT matches them, suffixes of the module names); trainmem's default
-targets mean PEFT's own for the family (:data:`PEFT_DEFAULT_TARGETS`). What the layers save is measured on the probe
-copy wrapped by ``get_peft_model`` (trace/lora.py ``inject_lora``, the tracer's own set-up: frozen 16-bit base,
-fp32 adapters, the setup's ``lora_dropout``; ``enable_input_require_grads`` under recompute), keyed by the LoRA
-setup in the cache: a frozen base saves no weight-gradient inputs, the adapters' inputs, rank activations and
-dropout masks come with the probe.
+LoRA (PEFT, ``--engine torch``, no recompute; full recompute is refused: the estimate read -4.7 % (T5) and -3.2 %
+(BART) against a full trace, b 4, s 256 bf16. Traced: the peak is inside the recomputation of the last decoder layer
+to be recomputed (decoder layer 0), which non-reentrant checkpointing stops early at its last save; its frames still
+hold what the frozen base does not save (T5: the FF's wi_0 / wi_1 outputs, their product, the dropout's output
+before the frozen wo), 2.75 MB beyond the layer's saved set, while the walk sizes that frame with the decoder-only
+formula, memory/layers/lora.py ``lora_recompute_frame_bytes``: 1.0 MB. Also held there and seen by no pack hook:
+each stack's embedding output, a leaf once ``enable_input_require_grads`` sets ``requires_grad`` on it, which its
+AccumulateGrad node keeps until the backward reaches it. Both measured in the probe (tried, not kept: the live
+storages the layer made and did not save, at its last save, with trainmem.trace's StorageTracker; a forward hook on
+each nn.Embedding for leaf outputs): T5 bf16 -1.2 %, T5 amp +0.5 %, BART bf16 +3.0 %, BART amp -3.7 %. What BART amp
+still lacks at the peak: the gradient of the encoder's output, accumulated over the decoder's cross-attentions (fp32
+under autocast, 1 MB here), and the fp32 gradient stream, neither of which the walk has for an encoder–decoder model
+(T5's full fine-tune under recompute, bf16, agrees within 0.5 % with activations 2.6 MB under the trace and
+temporaries 2.6 MB over). Not within 3 %, so it stays refused): the adaptable linears of each stack's layers are
+read from the meta build (:attr:`Seq2SeqLayers.linears`; targets as PEFT matches them, suffixes of the module
+names); trainmem's default targets mean PEFT's own for the family (:data:`PEFT_DEFAULT_TARGETS`). What the layers
+save is measured on the probe copy wrapped by ``get_peft_model`` (trace/lora.py ``inject_lora``, the tracer's own
+set-up: frozen 16-bit base, fp32 adapters, the setup's ``lora_dropout``; ``enable_input_require_grads`` under
+recompute), keyed by the LoRA setup in the cache: a frozen base saves no weight-gradient inputs, the adapters'
+inputs, rank activations and dropout masks come with the probe.
 """
 
 from __future__ import annotations
