@@ -199,3 +199,42 @@ def test_estimate_replay_against_trace_replay() -> None:
     e_growth = R.replay_run(sz.sections, lengths, 1, cap)[0] - R.replay_run(sz.sections, [256] * 3, 1, cap)[0]
     assert t_growth > 0 and e_growth > 0
     assert 0.4 < e_growth / t_growth < 1.6, (e_growth / MiB, t_growth / MiB)
+
+
+def test_spike_probe_is_the_malloc_free_pair() -> None:
+    """A malloc freed at once is replayed as a probe (``CachingAllocator.serves_from_cache``): on random streams
+    the probe says 'served' exactly when the pair makes no segment, and the pool is then as it was; on a real step
+    the run replay with probes equals the one with every pair replayed."""
+    import random
+
+    from trainmem.trace.allocator import CachingAllocator
+
+    rng = random.Random(1)
+    a, live = CachingAllocator(), []
+    for _ in range(3000):
+        if live and rng.random() < 0.45:
+            a.free(live.pop(rng.randrange(len(live))))
+        else:
+            n = rng.choice([rng.randint(1, 2**20), rng.randint(2**20, 40 * MiB)])
+            keys, devs = list(a.large.keys) + list(a.small.keys), a.n_device_allocs
+            served = a.serves_from_cache(n)
+            a.free(a.malloc(n))
+            assert served == (a.n_device_allocs == devs)
+            if served:
+                assert list(a.large.keys) + list(a.small.keys) == keys
+            live.append(a.malloc(rng.randint(1, 30 * MiB)))
+    spec, s = build("llama-3.2-1b", seq_len=1024, precision="bf16", recompute="full", grad_accum=4)
+    sz = R._Sizer(record_step_events, spec, s, 0, [100, 1024])
+
+    def unprobed(n: int) -> tuple:
+        def expand(ops: list) -> list:
+            out = []
+            for o in ops:
+                out.extend([[1, o[1], o[2], o[3]], [0, o[1], 0, 0]] if o[0] == 4 else [o])
+            return out
+        pre, secs, tail = sz.sections(n)
+        return expand(pre), {k: expand(v) for k, v in secs.items()}, expand(tail)
+
+    lengths = [random.Random(2).randint(100, 1024) for _ in range(24)]
+    assert any(o[0] == 4 for o in sz.sections(500)[1][1])
+    assert R.replay_run(sz.sections, lengths, 4, 80 * 2**30) == R.replay_run(unprobed, lengths, 4, 80 * 2**30)

@@ -151,6 +151,9 @@ class _Template:
                 self.marks.append((i, e[1]))
         self.op, self.slot, self.aux, self.src = op, slot, aux, src
         self.alloc_at = np.flatnonzero(op == 1)
+        # a malloc freed by the very next call (a spike): replayed as one probe (op 4), see _Replayer.run
+        nxt = np.append(src[1:], -1)
+        self.spike = (op == 1) & (aux >= 256) & (aux < 512) & (nxt == np.arange(n)) & (np.append(op[1:], 3) == 0)
         starts = [(i, int(ph[len("forward mb"):])) for i, ph in self.marks if ph.startswith("forward mb")]
         opt = next(i for i, ph in self.marks if ph == "optimizer step")
         bounds = [i for i, _ in starts] + [opt]
@@ -171,8 +174,10 @@ class _Template:
         big = (nbytes > K_SMALL_SIZE) & (self.aux >= 256)
         ref = np.where(self.src >= 0, self.src, 0)
         keep = ((op == 1) & big) | ((op == 0) & (self.src >= 0) & big[ref]) | ((op == 2) & (self.src >= 0))
+        probe = self.spike & keep
+        keep &= ~np.append(False, probe[:-1])  # (the spike's free: part of its probe)
         third = np.where(op == 2, self.aux, nbytes)
-        rows = np.stack([op, self.slot, third, self.aux], axis=1)
+        rows = np.stack([np.where(probe, 4, op), self.slot, third, self.aux], axis=1)
 
         def part(a: int, b: int) -> list:
             return rows[a:b][keep[a:b]].tolist()
@@ -287,7 +292,7 @@ class _Replayer:
 
     def run(self, ops: list) -> None:
         a, live = self.alloc, self.live
-        malloc, free = a.malloc, a.free
+        malloc, free, serves = a.malloc, a.free, a.serves_from_cache
         for op, k, nb, aux in ops:
             if op == 1:
                 if k in live:
@@ -297,6 +302,12 @@ class _Replayer:
                 live[k] = [malloc(nb, st)] if count == 1 else [malloc(nb, st) for _ in range(count)]
                 if a.reserved_bytes < before:
                     self.releases += 1
+            elif op == 4:  # malloc + its free at once: nothing changes unless no cached block serves it
+                if not serves(nb, aux & 255):
+                    before = a.reserved_bytes
+                    free(malloc(nb, aux & 255))
+                    if a.reserved_bytes < before:
+                        self.releases += 1
             elif op == 0:
                 for h in live.pop(k, ()):
                     free(h)

@@ -262,6 +262,23 @@ class CachingAllocator:
     def _is_small(self, block: _Block) -> bool:
         return block.seg in self._small_segs
 
+    def serves_from_cache(self, nbytes: int, stream: int = 0) -> bool:
+        """Whether ``malloc(nbytes, stream)`` would be served by a cached block, without changing anything
+        (segments, not expandable). For a malloc followed at once by its free this is the pair's whole effect:
+        served, the block is split and merged back into the very block it was (free neighbours are always
+        merged, so the block's neighbours are allocated); not served, a new segment that stays cached."""
+        if self.config.expandable_segments:
+            raise ValueError("serves_from_cache: expandable segments map pages; not modelled here")
+        size = round_size(nbytes)
+        pool = self.small if size <= K_SMALL_SIZE else self.large
+        i = bisect.bisect_left(pool.keys, (stream, size, -1))
+        if i == len(pool.keys) or pool.keys[i][0] != stream:
+            return False
+        mss, found = self.config.max_split_size_bytes, pool.keys[i][1]
+        if mss is not None and ((size < mss <= found) or (size >= mss and found >= size + self.config.max_non_split_rounding_bytes)):
+            return False
+        return True
+
     # -- block search and split ------------------------------------------------------------------
     def _get_free_block(self, pool: _Pool, size: int, stream: int = 0) -> _Block | None:
         """``get_free_block``: best fit among ``stream``'s free blocks (``lower_bound`` of a search key
