@@ -238,3 +238,22 @@ def test_spike_probe_is_the_malloc_free_pair() -> None:
     lengths = [random.Random(2).randint(100, 1024) for _ in range(24)]
     assert any(o[0] == 4 for o in sz.sections(500)[1][1])
     assert R.replay_run(sz.sections, lengths, 4, 80 * 2**30) == R.replay_run(unprobed, lengths, 4, 80 * 2**30)
+
+
+def test_web_reads_no_lengths_file_without_allow_paths(tmp_path: Path) -> None:
+    """The web API reads no local file unless started with --allow-paths: a lengths file is refused with the one
+    answer, whether it exists or not; MEAN:STD is taken."""
+    from trainmem.errors import ConfigError
+    from trainmem.web.commands import run
+
+    f = tmp_path / "lengths.txt"
+    f.write_text("100\n200\n", encoding="utf-8")
+    body = {"model": "llama-3.2-1b", "seq_len": 512, "run_steps": 4}
+    answers = []
+    for ref in (str(f), str(tmp_path / "missing.txt")):
+        with pytest.raises(ConfigError) as err:
+            run("estimate", {**body, "sample_lengths": ref})
+        answers.append(str(err.value).replace(ref, "REF"))
+    assert answers[0] == answers[1] and "reads no local files" in answers[0]
+    assert run("estimate", {**body, "sample_lengths": str(f)}, allow_paths=True)["run_reserve"]["micro_batches"] == 2
+    assert "peak_reserved_over_run_bytes" in run("estimate", {**body, "sample_lengths": "300:100"})

@@ -20,7 +20,8 @@ def max_micro_batch(spec: ModelSpec, setup: TrainingSetup,
     micro-batch, so exponential search then bisection (~2·log2(limit) estimates)."""
 
     def at(mb: int) -> MemoryEstimate:
-        return estimate(spec, setup.model_copy(update={"micro_batch": mb}))
+        # (the fit does not read the run replay of --sample-lengths: not run for each candidate)
+        return estimate(spec, setup.model_copy(update={"micro_batch": mb, "sample_lengths": None, "run_steps": None}))
 
     first = at(1)
     if not first.fits:

@@ -63,11 +63,29 @@ def check_cluster(cluster: str | None, allow_paths: bool) -> None:
                                                 instead="write the pool as a spec, e.g. 8xH100-SXM-80G"))
 
 
+def check_sample_lengths(value: object, allow_paths: bool) -> None:
+    """``sample_lengths`` naming a file of lengths is a path: refused without ``allow_paths``
+    (:data:`NO_LOCAL_FILES`); ``MEAN:STD[:MIN:MAX]`` is no path (a malformed one is the setup's error)."""
+    from trainmem.memory.sample_lengths import parse_sample_lengths
+
+    if not isinstance(value, str) or allow_paths:
+        return
+    try:
+        is_path = parse_sample_lengths(value) is None
+    except ValueError:
+        return
+    if is_path:
+        raise ConfigError(NO_LOCAL_FILES.format(what="sample_lengths", ref=repr(value.strip()),
+                                                instead="give MEAN:STD or MEAN:STD:MIN:MAX tokens"))
+
+
 def build_any(model: str | dict, allow_paths: bool = True, **fields: object) -> tuple[ModelSpec, TrainingSetup]:
     """:func:`trainmem.api.build` for a model reference (a local path only with ``allow_paths``), or for a
     pasted config.json object."""
     from trainmem.api import build_spec
     from trainmem.setup import make_setup
+
+    check_sample_lengths(fields.get("sample_lengths"), allow_paths)
 
     if isinstance(model, dict):
         return build_spec(pasted_spec(model), **fields)

@@ -19,6 +19,10 @@ EXACT: dict[str, str] = {
 }
 
 PATTERNS: list[tuple[str, str]] = [
+    ("sample_lengths {ref}: this server reads no local files (start it with trainmem serve --allow-paths); give "
+     "MEAN:STD or MEAN:STD:MIN:MAX tokens",
+     "sample_lengths {ref}：此服务不读取本地文件（要读取请用 trainmem serve --allow-paths 启动）；请给出 MEAN:STD 或 "
+     "MEAN:STD:MIN:MAX（token 数）"),
     ("--sample-lengths {v}: give MEAN:STD or MEAN:STD:MIN:MAX tokens, or a file of lengths one per line",
      "--sample-lengths {v}：请给出 MEAN:STD 或 MEAN:STD:MIN:MAX（token 数），或每行一个长度的文件"),
     ("--sample-lengths {v}: the mean must be > 0 tokens", "--sample-lengths {v}：均值必须 > 0 个 token"),
