@@ -16,7 +16,12 @@ lengths (exact for sizes quadratic in the length, checked at a fourth; otherwise
 distinct length). The run — static model states first, then each micro-batch at its length (the walk's first,
 second and, where the engine's boundary differs, last micro-batch sections; every other one repeats the second),
 the optimizer step after each ``grad_accum`` micro-batches — goes through :class:`CachingAllocator` with the
-GPU's memory (less the CUDA context and NCCL buffers) as the capacity.
+GPU's memory (less the CUDA context and NCCL buffers) as the capacity. Three shortcuts, each exact for the large
+pool: small-pool requests (≤ 1 MiB) are left out (that pool never serves nor is served by the large one), a
+malloc freed by the very next call is one probe (``serves_from_cache``), and a section that already ran from the
+same state without making a segment is not run again (:meth:`_Replayer.run_section`). The timeline's blocks are
+the estimator's, not the real step's tensors: where a block stands for several tensors the replay makes fewer
+segments than the real run would (tests/memory/test_run_reserve.py compares it with a traced step's replay).
 
 The allocator simulator is trainmem's own: a replay is consistency with its rules, not a measurement.
 """
@@ -186,8 +191,9 @@ class _Template:
 
 
 class _Sizer:
-    """The step's sections at any length: sizes quadratic in the length through walks at three lengths (exact
-    rationals), checked at a fourth (every alloc's bytes equal); if the check fails, one walk per length."""
+    """The step's sections at any length: each alloc's bytes quadratic in the length through walks at three
+    lengths (solved in float64, rounded to whole bytes), checked at a fourth (every alloc's bytes equal a walk's);
+    if the event order differs between the walks or the check fails, one walk per length."""
 
     def __init__(self, walk: Walk, spec, setup: TrainingSetup, stage: int, lengths: list[int]) -> None:
         import numpy as np
