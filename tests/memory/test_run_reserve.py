@@ -46,6 +46,8 @@ def test_capacity_releases_cached_segments_then_runs_out() -> None:
     peak, releases, oom = R.replay_run(_one_tensor, [1000, 2000, 3000, 2500], 1, cap)
     assert (peak, releases, oom) == (387_973_120, 1, None)
     assert R.replay_run(_one_tensor, [1000, 4000], 1, cap)[2] == 1
+    static = lambda n: ([[1, 9, 500 * MiB, 256]], *_one_tensor(n)[1:])  # noqa: E731
+    assert R.replay_run(static, [1000], 1, cap)[2] == -1  # the model states alone do not fit
 
 
 def test_gradient_accumulation_sections() -> None:

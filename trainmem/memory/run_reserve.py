@@ -262,7 +262,8 @@ class RunReserve:
     releases: int
     """Times a failed ``cudaMalloc`` released the cached segments (``release_cached_blocks``)."""
     oom_micro_batch: int | None = None
-    """The micro-batch (0-based) whose allocation did not fit even after the release; None: the run fits."""
+    """The micro-batch (0-based) whose allocation did not fit even after the release (-1: the static model states
+    already); None: the run fits."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -329,7 +330,10 @@ def replay_run(sections, lengths: list[int], grad_accum: int, capacity: int) -> 
     from trainmem.trace.allocator import AllocatorOOM
 
     r = _Replayer(capacity)
-    r.run_static(sections(lengths[0])[0])
+    try:
+        r.run_static(sections(lengths[0])[0])
+    except AllocatorOOM:
+        return r.alloc.peak_reserved_bytes, r.releases, -1
     m, k, pos = grad_accum, 0, 0
     try:
         while k < len(lengths):
@@ -364,7 +368,9 @@ def run_reserved(walk: Walk, spec, setup: TrainingSetup, stage: int, capacity: i
              "less the CUDA context and NCCL buffers); cached segments are released only when a cudaMalloc fails"]
     if not sizer.exact_fit:
         notes.append("run replay: the step's sizes are not quadratic in the length; walked at each distinct length")
-    if oom is not None:
+    if oom == -1:
+        notes.append("run replay: the model states alone do not fit the capacity: the run runs out of memory")
+    elif oom is not None:
         notes.append(f"run replay: micro-batch {oom} ({lengths[oom]} tokens) does not fit even after the cached "
                      "segments are released: the run runs out of memory")
     return RunReserve(peak_reserved_bytes=peak, uniform_reserved_bytes=uniform, capacity_bytes=capacity,

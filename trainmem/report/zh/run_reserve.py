@@ -10,6 +10,8 @@ EXACT: dict[str, str] = {
     "--sample-lengths with pipeline parallelism (pp > 1) is not modelled: the run replay walks one rank's "
     "micro-batches one after another":
         "--sample-lengths 与流水线并行（pp > 1）的组合未建模：整次训练的重放按顺序逐个走一个 rank 的 micro-batch",
+    "run replay: the model states alone do not fit the capacity: the run runs out of memory":
+        "整次训练重放：仅模型状态就放不进容量：这次训练会显存不足（OOM）",
     "run replay: the step's sizes are not quadratic in the length; walked at each distinct length":
         "整次训练重放：这一步的分配大小不是长度的二次式；对每个不同长度各走一遍",
     "peak_reserved_over_run_bytes = peak_reserved_bytes + (the run replay's peak reserved − the same replay with "
