@@ -147,15 +147,17 @@ def expected_for(model: str | None, fields: dict, ev: Evidence, notes: list[str]
     name = _gpu_name(ev) if "gpu" not in fields else None
     if name:
         auto["gpu"] = name
+    # the precision note for the text's notes; build() fills the same precision and states it in the setup's
+    # notes, so --json's assumptions carry it as estimate --json's do (not pre-filled here for that reason)
     precision = precision_fields({**fields, **auto}, notes).get("precision")
-    if precision is not None:
-        fields["precision"] = precision
     try:
         spec, setup = build(model, **{**fields, **auto})
         est = estimate(spec, setup)
     except TrainmemError:
         if "gpu" not in auto:
             raise
+        if precision is not None:  # the observed GPU's recipe, kept without its name
+            fields["precision"] = precision
         spec, setup = build(model, **{**fields, **{k: v for k, v in auto.items() if k != "gpu"}})
         est = estimate(spec, setup)
     known = bool(cap) or "gpu" in fields or "gpu_memory" in fields
