@@ -94,3 +94,22 @@ def test_traced_engine_frees_each_chunk_as_its_gradient_is_made() -> None:
     # the first node's gradient and fp32 buffer (512-B rounded) on top of everything alive; the seed gradient (512)
     assert peak == pytest.approx(chunk + 512 + 512, abs=2048), (peak, chunk)
     assert peak < logits / 2
+
+
+def test_compile_assumption_quotes_the_published_saving() -> None:
+    """The --compile assumption line quotes torchtune's table (benchmarks/published_points.json): the measured saving of
+    compile (packed row − packed + compile row, both allocated) and this estimator's, as published.py computes them."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import published
+
+    rows = {p["id"]: published.evaluate(p) for p in published.load_points()
+            if p["id"] in ("torchtune-3b-full-packed", "torchtune-3b-full-packed-compile")}
+    eager, comp = rows["torchtune-3b-full-packed"], rows["torchtune-3b-full-packed-compile"]
+    measured = (eager.low - comp.low) / 2**30
+    est = (eager.estimate - comp.estimate) / 2**30
+    spec, s = build("llama-3.2-3b", compile=True, precision="bf16")
+    line = next(a for a in estimate(spec, s).assumptions if a.startswith("compile on a GPU"))
+    assert f"compile saved {measured:g} GiB, this model {est:.2f} GiB" in line, (measured, est, line)
