@@ -189,7 +189,8 @@ def test_any_text_parses_or_is_a_one_line_config_error(text: str) -> None:
     ("8xA100[node=0]", "cluster: '8xA100[node=0]': node must be a whole number from 1 to 1,024, not '0'"),
     ("8xA100[node=2000]", "cluster: '8xA100[node=2000]': node must be a whole number from 1 to 1,024, not '2000'"),
     ("8xA100[node=4 4]", "cluster: '8xA100[node=4 4]': node must be a whole number from 1 to 1,024, not '4 4'"),
-    ("8xA100[nod=4]", "cluster: '8xA100[nod=4]': unknown setting 'nod' in [...]; use node, intra, inter, host"),
+    ("8xA100[nod=4]", "cluster: '8xA100[nod=4]': unknown setting 'nod' in [...]; use node, intra, inter, host, "
+     "host_memory"),
     ("8xA100[node]", "cluster: '8xA100[node]': write the settings in [...] as key=value, not 'node'"),
     ("4x8xA100[node=4]", "cluster: '4x8xA100[node=4]': node is given twice"),
     ("8xA100[inter=IB-HDR200,inter=IB-NDR400]", "cluster: '8xA100[inter=IB-HDR200,inter=IB-NDR400]': inter is"),
@@ -301,7 +302,7 @@ def _write(tmp_path: Path, name: str, text: str) -> str:
 @pytest.mark.parametrize("name, text, start", [
     ("a.toml", 'grups = 1\n', "cluster: a.toml: unknown key 'grups' (known: groups, cross)"),
     ("a.toml", '[[groups]]\ngpu = "A100"\ncount = 8\nnode = 4\n',
-     "cluster: groups[1]: unknown key 'node' (known: gpu, count, nodes, gpus_per_node, intra, inter, host)"),
+     "cluster: groups[1]: unknown key 'node' (known: gpu, count, nodes, gpus_per_node, intra, inter, host, host_memory)"),
     ("a.toml", '[[groups]]\ngpu = "A100"\ncount = 8\ninter = { gbs = 3, latency_us = 4 }\n',
      "cluster: groups[1].inter: unknown key 'gbs' (known: link, name, kind, gbps, latency_us, efficiency)"),
     ("a.toml", '[[groups]]\ngpu = "A100"\ncount = 0\n',

@@ -60,6 +60,13 @@ class GPU:
     """Default ``links.json`` row between the GPU and its host (offload traffic)."""
     links_note: str = ""
     """The typical system the link defaults describe, and their sources."""
+    host_memory_bytes: int | None = None
+    """Default host RAM of one node (the typical system of ``links_note``): offload plans whose ranks on a node put
+    more there are refused (``trainmem.plan``); a cluster spec's ``host_memory`` or ``--host-memory`` overrides it."""
+    host_memory_assumed: bool = False
+    """True where no reference system was found and ``host_memory_bytes`` is a stated assumption."""
+    host_memory_note: str = ""
+    """The systems ``host_memory_bytes`` comes from (datasheets, cloud instance pages), or the assumption's basis."""
 
 
 @lru_cache(maxsize=1)
@@ -71,7 +78,9 @@ def list_gpus() -> tuple[GPU, ...]:
             bf16_tflops=g["bf16_tflops"], bf16=g["bf16"], hbm_gbps=g["hbm_gbps"], fp8_tflops=g.get("fp8_tflops"),
             memory_from=g["memory_from"], aliases=tuple(g.get("aliases", ())), source=g["source"],
             note=g.get("note", ""), gpus_per_node=g.get("gpus_per_node", 8), intra_link=g.get("intra_link", ""),
-            inter_link=g.get("inter_link", ""), host_link=g.get("host_link", ""), links_note=g.get("links_note", ""))
+            inter_link=g.get("inter_link", ""), host_link=g.get("host_link", ""), links_note=g.get("links_note", ""),
+            host_memory_bytes=int(g["host_memory_gib"] * 1024**3) if "host_memory_gib" in g else None,
+            host_memory_assumed=g.get("host_memory_assumed", False), host_memory_note=g.get("host_memory_note", ""))
         for g in raw["gpus"])
 
 

@@ -18,14 +18,17 @@ Groups separated by ``,`` (or ``+``); each group is ``COUNTxGPU`` or ``NODESxPER
     6xRTX-4090[node=2,intra=PCIe4-x16-noP2P,inter=Ethernet-10G-shared2,host=PCIe4-x16]
 
 Settings: ``node`` (GPUs per node, 1-1,024), ``intra`` (inside a node), ``inter`` (between nodes, one
-GPU's share of the node's NICs), ``host`` (GPU ↔ host); link values are ``links.json`` names, and
-``<name>-sharedN`` divides a NIC among N GPUs. A text form has no cross-group link (use a file).
+GPU's share of the node's NICs), ``host`` (GPU ↔ host), ``host_memory`` (host RAM of one node, ``1TiB``,
+``512GiB``; default: the catalog's per GPU type, ``gpus.json`` ``host_memory_gib``, which the planner checks
+offload plans against); link values are ``links.json`` names, and ``<name>-sharedN`` divides a NIC among N
+GPUs. A text form has no cross-group link (use a file).
 
 File form (``.toml`` or ``.yaml``/``.yml``)
 -------------------------------------------
 Top-level keys ``groups`` (a list, required) and ``cross`` (a link between groups of different types,
 optional). Each group: ``gpu`` (required), either ``count`` (GPUs) or ``nodes`` (nodes of
-``gpus_per_node`` GPUs), and optional ``gpus_per_node``, ``intra``, ``inter``, ``host``. A link is a
+``gpus_per_node`` GPUs), and optional ``gpus_per_node``, ``intra``, ``inter``, ``host``, ``host_memory`` (a size
+text or whole bytes). A link is a
 ``links.json`` name or a table: ``link`` (a row to start from) and/or ``gbps`` (GB/s per GPU per
 direction), ``latency_us``, ``efficiency`` (0-1; 1 if there is no ``link``: ``gbps`` is then the
 achieved rate), ``kind``, ``name``; without ``link`` both ``gbps`` and ``latency_us`` are required.
@@ -48,7 +51,8 @@ The same in YAML: ``groups:`` a list of mappings with the same keys, ``cross:`` 
 
 Rules
 -----
-- Every default filled in (GPUs per node, each link) is a sentence in ``Cluster.notes``, as are shared
+- Every default filled in (GPUs per node, each link) is a sentence in ``Cluster.notes`` (the host RAM's source
+  is ``GPUGroup.host_memory_from``, stated by the planner where it checks a plan against it), as are shared
   NICs, links whose figures are assumptions, a partial last node and, in a mixed pool without
   ``cross``, the link taken between the groups (the slowest ``inter``).
 - A count that does not fill its nodes is allowed: the last node is partial (stated).

@@ -10,13 +10,13 @@ from trainmem.errors import ConfigError
 from trainmem.hardware.cluster_types import Cluster, Link
 from trainmem.hardware.cluster_spec import (
     FILE_SUFFIXES, LEVELS, MAX_FILE_BYTES, MAX_GROUPS, MAX_NODE_GPUS, MAX_TOTAL_GPUS, GroupSpec, build_cluster,
-    check_total, fmt_gbps, lookup_gpu, lookup_link, shown,
+    check_total, fmt_gbps, host_memory_size, lookup_gpu, lookup_link, shown,
 )
 
 __all__ = ["parse_file", "TOP_KEYS", "GROUP_KEYS", "LINK_KEYS", "LINK_KINDS"]
 
 TOP_KEYS = ("groups", "cross")
-GROUP_KEYS = ("gpu", "count", "nodes", "gpus_per_node", "intra", "inter", "host")
+GROUP_KEYS = ("gpu", "count", "nodes", "gpus_per_node", "intra", "inter", "host", "host_memory")
 LINK_KEYS = ("link", "name", "kind", "gbps", "latency_us", "efficiency")
 LINK_KINDS = ("nvlink", "pcie", "ib", "roce", "ethernet", "xgmi", "hccs", "custom")
 MAX_GBPS = 100_000
@@ -114,7 +114,8 @@ def group_from_table(item: object, where: str, notes: list[str]) -> GroupSpec:
         count = int_field(item, "nodes", where, MAX_TOTAL_GPUS) * (per or gpu.gpus_per_node)
         check_total(count, where)
     links = {level: link_from_value(item[level], f"{where}.{level}", notes) for level in LEVELS if level in item}
-    return GroupSpec(where=where, gpu=gpu, count=count, gpus_per_node=per, links=links)
+    host_ram = host_memory_size(item["host_memory"], where) if "host_memory" in item else None
+    return GroupSpec(where=where, gpu=gpu, count=count, gpus_per_node=per, links=links, host_memory_bytes=host_ram)
 
 
 def link_from_value(value: object, where: str, notes: list[str]) -> Link:

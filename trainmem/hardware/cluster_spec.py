@@ -27,7 +27,8 @@ LEVELS = ("intra", "inter", "host")
 
 _GROUP = re.compile(r"(\d+)\s*[x×*]\s*(?:(\d+)\s*[x×*]\s*)?([^\[\]]+?)\s*(?:\[([^\[\]]*)\])?", re.IGNORECASE)
 _PATH = re.compile(r"[/\\]|\.[A-Za-z][A-Za-z0-9]{0,4}$")  # a separator, or a suffix ('pool.json')
-_SETTING_KEYS = {"node": "node", "gpus_per_node": "node", "intra": "intra", "inter": "inter", "host": "host"}
+_SETTING_KEYS = {"node": "node", "gpus_per_node": "node", "intra": "intra", "inter": "inter", "host": "host",
+                 "host_memory": "host_memory"}
 
 
 @dataclass
@@ -40,6 +41,8 @@ class GroupSpec:
     count: int
     gpus_per_node: int | None = None
     links: dict[str, Link] = field(default_factory=dict)
+    host_memory_bytes: int | None = None
+    """Host RAM per node as written (``[host_memory=1TiB]``, a file's ``host_memory``); None: the catalog's."""
 
 
 # --------------------------------------------------------------------------- entry point
@@ -122,12 +125,15 @@ def apply_settings(spec: GroupSpec, settings: str, *, nodes_form: bool) -> None:
             raise ConfigError(f"cluster: {where}: write the settings in [...] as key=value, not {shown(item)}")
         canon = _SETTING_KEYS.get(key.lower())
         if canon is None:
-            raise ConfigError(f"cluster: {where}: unknown setting {shown(key)} in [...]; use node, intra, inter, host")
+            raise ConfigError(f"cluster: {where}: unknown setting {shown(key)} in [...]; use node, intra, inter, host, "
+                              "host_memory")
         if canon in seen or (canon == "node" and nodes_form):
             raise ConfigError(f"cluster: {where}: {canon} is given twice")
         seen.add(canon)
         if canon == "node":
             spec.gpus_per_node = whole(value, where, "node", MAX_NODE_GPUS)
+        elif canon == "host_memory":
+            spec.host_memory_bytes = host_memory_size(value, where)
         else:
             spec.links[canon] = lookup_link(value, where)
 
@@ -137,6 +143,19 @@ def whole(text: str, where: str, what: str, most: int) -> int:
     if not text.isdigit() or len(text) > 9 or not 1 <= int(text) <= most:
         raise ConfigError(f"cluster: {where}: {what} must be a whole number from 1 to {most:,}, not {shown(text)}")
     return int(text)
+
+
+def host_memory_size(value: object, where: str) -> int:
+    """A node's host RAM: a size (``1TiB``, ``512GiB``, ``2TB``) or a whole number of bytes."""
+    from trainmem.units import parse_size_bytes
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_size_bytes(value)
+        except ValueError as err:
+            raise ConfigError(f"cluster: {where}: host_memory: {err}") from None
+    raise ConfigError(f"cluster: {where}: host_memory must be a size such as 1TiB or 512GiB, not {shown(value)}")
 
 
 def lookup_gpu(name: str, where: str) -> GPU:
@@ -210,8 +229,13 @@ def fill_defaults(s: GroupSpec, notes: list[str]) -> GPUGroup:
             notes.append(f"{name}: {links['inter'].name} between nodes (catalog default)")
         if "host" in defaulted:
             notes.append(f"{name}: {links['host'].name} to the host (catalog default)")
+    host_ram, host_from = s.host_memory_bytes, ("cluster file " + s.where if s.where.startswith("groups[")
+                                                else "cluster spec")
+    if host_ram is None:
+        host_ram, host_from = g.host_memory_bytes, f"catalog default for {name}" + (", assumed" if g.host_memory_assumed
+                                                                                    else "")
     group = GPUGroup(gpu=g, count=s.count, gpus_per_node=per, intra=links["intra"], inter=links["inter"],
-                     host=links["host"])
+                     host=links["host"], host_memory_bytes=host_ram, host_memory_from=host_from if host_ram else "")
     if group.last_node_gpus != per:
         notes.append(f"{name}: {s.count:,} GPUs in nodes of {per}: the last node holds {group.last_node_gpus}")
     return group

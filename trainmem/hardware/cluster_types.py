@@ -55,6 +55,12 @@ class GPUGroup:
     """Between nodes, per GPU (its share of the node's NICs)."""
     host: Link
     """Host ↔ device (offload traffic): the GPU's PCIe link."""
+    host_memory_bytes: int | None = None
+    """Host RAM of one node: the spec's ``host_memory`` or the catalog's default for the GPU type
+    (``GPU.host_memory_bytes``); None where neither gives one (offload plans are then not checked)."""
+    host_memory_from: str = ""
+    """Where ``host_memory_bytes`` comes from, as the planner's refusals and assumptions say it:
+    ``cluster spec`` / ``cluster file groups[1]`` / ``catalog default for RTX-4090-24G, assumed``."""
 
     @property
     def nodes(self) -> int:

@@ -27,7 +27,7 @@ from trainmem.plan.view import SetupView
 from trainmem.setup import RECIPES, TrainingSetup, make_setup, validate_for_model
 
 __all__ = ["PlanRequest", "GroupSearch", "single_group_plans", "fits_with_margin", "resolve_request", "engine_neutral_extras",
-           "RECIPE_NAMES"]
+           "RECIPE_NAMES", "node_host_memory"]
 
 
 #: Setup extras that only Megatron runs: the other engines' configurations are searched without them.
@@ -63,7 +63,8 @@ class PlanRequest:
     """Other setup fields applied to every candidate (optimizer, attn, lora_rank, lora_targets, qlora)."""
     host_memory_bytes: int | None = None
     """Host RAM per node (``--host-memory``): a plan whose ranks on one node put more there (offloaded states,
-    :attr:`~trainmem.memory.estimate.MemoryEstimate.host_memory_bytes` per rank) is refused. None: not checked."""
+    :attr:`~trainmem.memory.estimate.MemoryEstimate.host_memory_bytes` per rank) is refused. None: the node's own
+    (the cluster spec's ``host_memory``, else the catalog default per GPU type: :func:`node_host_memory`)."""
 
     @property
     def pins(self) -> dict[str, object]:
@@ -74,6 +75,25 @@ class PlanRequest:
 #: Recipes by the estimator's own names (``--precision amp-bf16``): the engines whose RECIPES hold them run them.
 RECIPE_NAMES = ("amp-bf16", "amp-fp16", "mixed-bf16", "mixed-fp16")
 _FAMILIES = ("bf16", "fp16", "fp32", "fp8")
+
+
+def node_host_memory(req: PlanRequest, group: GPUGroup) -> tuple[int | None, str]:
+    """The host RAM of one node that offload plans are checked against, and where it comes from:
+    ``--host-memory`` wins over the cluster spec's ``host_memory``, which wins over the catalog default of the GPU
+    type (``gpus.json`` ``host_memory_gib``). (None, "") where none is known: not checked."""
+    if req.host_memory_bytes is not None:
+        return req.host_memory_bytes, "--host-memory"
+    return group.host_memory_bytes, group.host_memory_from
+
+
+def host_memory_assumption(req: PlanRequest, group: GPUGroup) -> str:
+    """The plan's assumption line on the node's host RAM (what offload plans are checked against)."""
+    cap, source = node_host_memory(req, group)
+    if cap is None:
+        return f"{group.gpu.name}: host RAM per node unknown: offload plans are not checked against it"
+    return (f"{group.gpu.name}: {cap / 2**30:,.0f} GiB host RAM per node ({source}); plans whose ranks on a node "
+            "offload more there are refused (offloaded states only: pinned buffers, the data loader and the "
+            "processes are not counted)")
 
 
 def fits_with_margin(est: MemoryEstimate, margin: float) -> bool:
@@ -143,6 +163,11 @@ class GroupSearch:
         """The estimated configuration that missed by the least (bytes needed with the margin, …)."""
         self.least_bound = 0
         """The smallest memory floor of a configuration the bound dropped (bytes with the margin)."""
+        self.host_cap, self.host_from = node_host_memory(req, group)
+        """The node's host RAM offload plans are checked against, and where it comes from."""
+        self.host_refused: tuple[int, Knobs] | None = None
+        """Of the configurations that fit the GPU but not the node's host RAM, the one that needs the least there
+        (host bytes per node, its knobs)."""
 
     # -- building blocks ------------------------------------------------------------------------
     def fields(self, k: Knobs) -> dict[str, object]:
@@ -237,11 +262,13 @@ class GroupSearch:
             est = estimate(self.req.spec, setup)
         except TrainmemError:
             est = None
-        ok = est if est is not None and fits_with_margin(est, self.req.margin) and self.host_fits(est, k) else None
+        gpu_ok = est is not None and fits_with_margin(est, self.req.margin)
+        ok = est if gpu_ok and self.host_fits(est, k) else None  # type: ignore[arg-type]
         self._est[k] = ok
         if ok is None:
             self._refuse(k)
-            if est is not None and (self.closest is None or needed_bytes(est, self.req.margin) < self.closest[0]):
+            if est is not None and not gpu_ok and (self.closest is None or
+                                                   needed_bytes(est, self.req.margin) < self.closest[0]):
                 self.closest = (needed_bytes(est, self.req.margin), k, est)
         return ok
 
@@ -250,10 +277,16 @@ class GroupSearch:
         return est.host_memory_bytes * min(self.group.gpus_per_node, gpus)
 
     def host_fits(self, est: MemoryEstimate, k: Knobs) -> bool:
-        """The node's host RAM (``--host-memory``) holds what the plan offloads there (a refusal covers the same
-        structure at any micro-batch or recompute: the offloaded states do not depend on them)."""
-        cap = self.req.host_memory_bytes
-        return cap is None or self.host_bytes_per_node(est, k.gpus) <= cap
+        """The node's host RAM (:func:`node_host_memory`) holds what the plan offloads there (a refusal covers the
+        same structure at any micro-batch or recompute: the offloaded states do not depend on them)."""
+        if self.host_cap is None:
+            return True
+        need = self.host_bytes_per_node(est, k.gpus)
+        if need <= self.host_cap:
+            return True
+        if self.host_refused is None or need < self.host_refused[0]:
+            self.host_refused = (need, k)
+        return False
 
     def _refuse(self, k: Knobs) -> None:
         self._refused.setdefault(k.structure(), []).append((recompute_rank(k.recompute), k.micro_batch))

@@ -31,7 +31,8 @@ from trainmem.setup import validate_for_model
 if TYPE_CHECKING:
     from trainmem.model.spec import ModelSpec
 
-__all__ = ["needed_bytes", "pins_text", "check_pins", "pinned_knobs", "memory_refusal", "why_nothing"]
+__all__ = ["needed_bytes", "pins_text", "check_pins", "pinned_knobs", "memory_refusal", "host_refusal", "knobs_text",
+           "why_nothing"]
 
 
 def needed_bytes(est: MemoryEstimate, margin: float) -> int:
@@ -148,7 +149,13 @@ def memory_refusal(est: MemoryEstimate, margin: float, gpu: str) -> str:
             f"{_gib(est.peak_reserved_bytes)}){largest}")
 
 
-def _knobs_text(k: Knobs) -> str:
+def host_refusal(need: int, cap: int, source: str) -> str:
+    """"needs X GiB host RAM per node, the node has Y GiB (where Y comes from; ...)"."""
+    return (f"needs {need / 2**30:.1f} GiB host RAM per node, the node has {cap / 2**30:.1f} GiB ({source}; "
+            "--host-memory SIZE or a cluster spec's [host_memory=SIZE] if it has more)")
+
+
+def knobs_text(k: Knobs) -> str:
     parts = [k.engine] + [f"{n}{v}" for n, v in (("tp", k.tp), ("pp", k.pp), ("vpp", k.vpp), ("cp", k.cp), ("ep", k.ep))
                           if v > 1]
     parts += [f"dp{k.dp}", f"zero{k.zero}", f"recompute {k.recompute}"]
@@ -168,15 +175,22 @@ def why_nothing(req: Any, gs: Any) -> str:
             return f"{head}: {reason}"
         from trainmem.memory.estimate import estimate
         est = estimate(req.spec, gs.setup(k))
-        return f"{head}: {_knobs_text(k)} does not fit: {memory_refusal(est, req.margin, gs.group.gpu.name)}"
+        host = gs.host_bytes_per_node(est, k.gpus)
+        if needed_bytes(est, req.margin) <= est.gpu_memory_bytes and gs.host_cap is not None and host > gs.host_cap:
+            return f"{head}: {knobs_text(k)} fits the GPU but {host_refusal(host, gs.host_cap, gs.host_from)}"
+        return f"{head}: {knobs_text(k)} does not fit: {memory_refusal(est, req.margin, gs.group.gpu.name)}"
     if not gs.valid_roots:
         rules = list(gs.why.values())
         if gs.invalid:  # the estimator's most frequent reason first
             rules += [m for m, _ in sorted(gs.invalid.items(), key=lambda kv: -kv[1])[:2]]
         return f"{head}: no configuration with these pins is valid: {'; '.join(rules) or 'none is in the space'}"
+    if gs.host_refused is not None:
+        need, kh = gs.host_refused
+        return (f"{head}: the configurations with these pins that fit the GPU offload to the host; the least of them, "
+                f"{knobs_text(kh)}, {host_refusal(need, gs.host_cap, gs.host_from)}")
     if gs.closest is not None:
         _, kc, est = gs.closest
-        return (f"{head}: none of the configurations with these pins fits; the closest, {_knobs_text(kc)}, "
+        return (f"{head}: none of the configurations with these pins fits; the closest, {knobs_text(kc)}, "
                 f"{memory_refusal(est, req.margin, gs.group.gpu.name)}")
     return (f"{head}: none of the configurations with these pins fits: the least memory any of them can use (model "
             f"states and in-flight activations, the planner's floor) needs {_gib(gs.least_bound)} per GPU with the "

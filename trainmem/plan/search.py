@@ -32,10 +32,10 @@ from collections.abc import Iterable
 
 from trainmem.errors import ConfigError
 from trainmem.plan.group import (RECIPE_NAMES, _FAMILIES, GroupSearch, PlanRequest, engine_neutral_extras,
-                                 fits_with_margin, resolve_request, single_group_plans)
+                                 fits_with_margin, host_memory_assumption, resolve_request, single_group_plans)
 from trainmem.plan.mixed import mixed_plans
 from trainmem.plan.explain import left_out, why_best
-from trainmem.plan.refusal import check_pins, why_nothing
+from trainmem.plan.refusal import check_pins, host_refusal, knobs_text, why_nothing
 from trainmem.plan.result import Plan, PlanResult
 
 __all__ = ["PlanRequest", "GroupSearch", "plan", "single_group_plans", "fits_with_margin", "resolve_request",
@@ -63,7 +63,8 @@ def plan(req: PlanRequest) -> PlanResult:
                         evaluated=sum(s.evaluated for s in searches), estimated=sum(s.estimated for s in searches),
                         assumptions=_assumptions(req, searches))
     if not plans:
-        raise ConfigError(why_nothing(req, searches[0]) if req.fixed and not req.cluster.is_mixed else _nothing_fits(req))
+        raise ConfigError(why_nothing(req, searches[0]) if req.fixed and not req.cluster.is_mixed else
+                          _nothing_fits(req, searches))
     result.why = why_best(plans)
     if req.cluster.is_mixed:
         note = left_out(req.cluster, plans[0], whole.get("best_whole_pool"), whole.get("whole_pool_bound", 0.0))
@@ -91,9 +92,15 @@ def _check_request(req: PlanRequest) -> None:
                               f"{req.precision.replace('bf16', 'fp16')} or --precision bf16 (fp16 recipes on it)")
 
 
-def _nothing_fits(req: PlanRequest) -> str:
+def _nothing_fits(req: PlanRequest, searches: Iterable[GroupSearch] = ()) -> str:
     pool = req.cluster.spec or f"{req.cluster.total_gpus} GPUs"
     what = f" (knobs fixed: {' '.join(f'{k}={v}' for k, v in req.fixed.items())})" if req.fixed else ""
+    host = [s for s in searches if s.host_refused is not None]
+    if host and not req.cluster.is_mixed:  # (configurations fit the GPU; the node's host RAM refused them)
+        gs = host[0]
+        need, k = gs.host_refused  # type: ignore[misc]
+        return (f"no configuration of {req.spec.name} fits {pool.replace(' ', '_')}{what}: the ones that fit the GPUs "
+                f"offload to the host; the least of them, {knobs_text(k)}, {host_refusal(need, gs.host_cap, gs.host_from)}")
     return (f"no configuration of {req.spec.name} fits {pool.replace(' ', '_')}{what} at global batch {req.global_batch} × seq "
             f"{req.seq_len} with a {req.margin * 100:g} % margin (try --min-gpus, a smaller --seq-len, or "
             "another --global-batch that more data-parallel degrees divide)")
@@ -106,5 +113,6 @@ def _assumptions(req: PlanRequest, searches: Iterable[GroupSearch]) -> list[str]
     for s in searches:
         if s.family != req.precision:
             out.append(f"{s.group.gpu.name} has no bfloat16: fp16 recipes on it")
+    out.extend(host_memory_assumption(req, s.group) for s in searches)
     out.extend(req.cluster.notes)
     return out

@@ -1,5 +1,8 @@
 """How many GPUs: the fewest on which a model trains at all, and the fewest that meet a deadline.
 
+A plan that offloads is checked against the node's host RAM (``--host-memory``, else the catalog default of the
+GPU type): the answer is the fewest GPUs whose plan fits both the GPUs and the host.
+
 Both search pools of one GPU type, ``N×TYPE`` with the catalog's node size: every N up to one node,
 then whole nodes. Fitting and throughput are not strictly monotone in N (divisibility of heads,
 layers and the global batch), so the searches step over candidates in order instead of bisecting
@@ -15,6 +18,7 @@ from dataclasses import dataclass, replace
 from trainmem.errors import ConfigError, TrainmemError
 from trainmem.hardware.cluster import parse_cluster
 from trainmem.plan.result import PlanResult
+from trainmem.plan.group import node_host_memory
 from trainmem.plan.search import PlanRequest, plan
 
 __all__ = ["Sized", "min_gpus", "gpus_for_deadline", "MAX_GPUS"]
@@ -28,6 +32,10 @@ class Sized:
     gpus: int
     result: PlanResult
     gpus_per_node: int = 8
+    node_host_memory_bytes: int | None = None
+    """The node's host RAM the plan was checked against (``--host-memory``, else the catalog default)."""
+    node_host_memory_from: str = ""
+    """Where ``node_host_memory_bytes`` comes from (``--host-memory`` / ``catalog default for …``)."""
 
     @property
     def host_memory_bytes(self) -> int:
@@ -38,7 +46,8 @@ class Sized:
         return m.host_memory_bytes * min(self.gpus_per_node, self.gpus)
 
     def to_dict(self) -> dict:
-        return {"gpus": self.gpus, "plan": self.result.plans[0].to_dict(), "host_memory_bytes": self.host_memory_bytes}
+        return {"gpus": self.gpus, "plan": self.result.plans[0].to_dict(), "host_memory_bytes": self.host_memory_bytes,
+                "node_host_memory_bytes": self.node_host_memory_bytes, "node_host_memory_from": self.node_host_memory_from}
 
 
 def _attempt(req: PlanRequest, gpu: str, n: int) -> PlanResult | None:
@@ -50,16 +59,22 @@ def _attempt(req: PlanRequest, gpu: str, n: int) -> PlanResult | None:
 
 
 def _first(req: PlanRequest, gpu: str, ok: Callable[[PlanResult], bool]) -> Sized | None:
-    node = parse_cluster(f"1x{gpu}").groups[0].gpus_per_node
+    group = parse_cluster(f"1x{gpu}").groups[0]
+    node = group.gpus_per_node
+    cap, source = node_host_memory(req, group)
+
+    def sized(n: int, r: PlanResult) -> Sized:
+        return Sized(n, r, node, cap, source)
+
     for n in range(1, node + 1):
         r = _attempt(req, gpu, n)
         if r is not None and ok(r):
-            return Sized(n, r, node)
+            return sized(n, r)
     lo, hi, found = 1, 2, None
     while hi * node <= MAX_GPUS:
         r = _attempt(req, gpu, hi * node)
         if r is not None and ok(r):
-            found = Sized(hi * node, r, node)
+            found = sized(hi * node, r)
             break
         lo, hi = hi, hi * 2
     if found is None:
@@ -68,7 +83,7 @@ def _first(req: PlanRequest, gpu: str, ok: Callable[[PlanResult], bool]) -> Size
         mid = (lo + hi) // 2
         r = _attempt(req, gpu, mid * node)
         if r is not None and ok(r):
-            hi, found = mid, Sized(mid * node, r, node)
+            hi, found = mid, sized(mid * node, r)
         else:
             lo = mid
     return found

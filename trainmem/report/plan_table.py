@@ -24,6 +24,7 @@ _H = {
     "deadline": ("Fewest {gpu} for {tokens:.3g} tokens in {days:g} days: {n} ({tps:,.0f} tokens/s)",
                  "{days:g} 天内训练 {tokens:.3g} tokens 所需最少 {gpu}：{n}（{tps:,.0f} tokens/s）"),
     "sized": ("  plan: {plan}; host RAM per node {host:.1f} GiB", "  方案：{plan}；每节点主机内存 {host:.1f} GiB"),
+    "node_host": ("  the node has {cap:,.0f} GiB host RAM ({src})", "  节点主机内存 {cap:,.0f} GiB（{src}）"),
     "export": ("Exported for {engine}:", "已导出 {engine} 配置："),
     "compare": ("What each technique saves and costs — {model}", "各项技术的显存节省与代价 — {model}"),
     "technique": ("technique", "技术"), "saves": ("saves GiB", "节省 GiB"), "slow": ("step time", "单步时间"),
@@ -78,16 +79,23 @@ def print_plans(req, result, extra: dict, lang: str = "en", console: Console | N
     _print_sizing(extra, lang, con)
 
 
+def _print_sized(d: dict, lang: str, con: Console) -> None:
+    con.print(escape(_h("sized", lang, plan=sized_label(d["plan"]), host=d["host_memory_bytes"] / GiB)))
+    if d.get("node_host_memory_bytes"):
+        con.print(escape(_h("node_host", lang, cap=d["node_host_memory_bytes"] / GiB,
+                            src=tr(d["node_host_memory_from"], lang))))
+
+
 def _print_sizing(extra: dict, lang: str, con: Console) -> None:
     if "min_gpus" in extra:
         d = extra["min_gpus"]
         con.print(_h("min", lang, gpu=next(iter(d["plan"]["per_gpu_type"])), n=d["gpus"]))
-        con.print(escape(_h("sized", lang, plan=sized_label(d["plan"]), host=d["host_memory_bytes"] / GiB)))
+        _print_sized(d, lang, con)
     if "gpus_for_deadline" in extra:
         d = extra["gpus_for_deadline"]
         con.print(_h("deadline", lang, gpu=next(iter(d["plan"]["per_gpu_type"])), n=d["gpus"], tokens=d["tokens"],
                      days=d["days"], tps=d["plan"]["tokens_per_second"]))
-        con.print(escape(_h("sized", lang, plan=sized_label(d["plan"]), host=d["host_memory_bytes"] / GiB)))
+        _print_sized(d, lang, con)
     if "export" in extra:
         con.print(_h("export", lang, engine=extra["export"]["engine"]))
         for f in extra["export"]["files"]:

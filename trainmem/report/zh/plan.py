@@ -16,6 +16,7 @@ EXACT: dict[str, str] = {
     "tensor parallelism inside one node; Megatron runs TP with --sequence-parallel, torchtitan with SequenceParallel":
         "张量并行限制在单个节点内；Megatron 的 TP 配合 --sequence-parallel，torchtitan 配合 SequenceParallel",
     "only one configuration fits": "只有一种配置放得下",
+    "cluster spec": "集群描述",
     # explain.py: the time-breakdown parts as a sentence names them
     "compute": "计算", "recompute": "重计算", "tensor-parallel communication": "张量并行通信",
     "context-parallel communication": "上下文并行通信", "expert all-to-all": "专家并行 all-to-all",
@@ -63,6 +64,27 @@ PATTERNS: list[tuple[str, str]] = [
     ("fits: device total (reserved + CUDA context + NCCL) + {m:d} % of reserved ≤ GPU memory",
      "放得下的判据：设备总占用（reserved + CUDA 上下文 + NCCL）+ reserved 的 {m} % ≤ GPU 显存"),
     ("{g:w} has no bfloat16: fp16 recipes on it", "{g} 不支持 bfloat16：在它上面使用 fp16 方案"),
+    # group.py / refusal.py / sizing.py: the node's host RAM
+    ("{g:w}: {n:d} GiB host RAM per node ({src}); plans whose ranks on a node offload more there are refused "
+     "(offloaded states only: pinned buffers, the data loader and the processes are not counted)",
+     "{g}：每节点主机内存 {n} GiB（{src!t}）；一个节点上各 rank 卸载到主机的数据超过它的方案会被拒绝"
+     "（只计卸载的模型状态：锁页缓冲区、数据加载器和进程本身不计）"),
+    ("{g:w}: host RAM per node unknown: offload plans are not checked against it",
+     "{g}：每节点主机内存未知：卸载方案不做主机内存检查"),
+    ("catalog default for {g:w}, assumed", "{g} 的 GPU 目录默认值，为假设值"),
+    ("catalog default for {g:w}", "{g} 的 GPU 目录默认值"),
+    ("cluster file {w:w}", "集群文件 {w}"),
+    ("needs {a:d} GiB host RAM per node, the node has {b:d} GiB ({src}; --host-memory SIZE or a cluster spec's "
+     "[host_memory=SIZE] if it has more)",
+     "每节点需要 {a} GiB 主机内存，而节点只有 {b} GiB（{src!t}；如果节点内存更多，请用 --host-memory SIZE 或在集群描述中写 "
+     "[host_memory=SIZE]）"),
+    ("no configuration of {model:w} fits {pool:w}{what}: the ones that fit the GPUs offload to the host; the least of "
+     "them, {k}, {why}",
+     "{model} 在 {pool}{what!t} 上没有能放下的配置：显存放得下的配置都要卸载到主机，其中主机内存需求最小的 {k}：{why!t}"),
+    ("--fix {pins} on {pool:w}: {k} fits the GPU but {why}", "--fix {pins}（{pool}）：{k} 显存放得下，但{why!t}"),
+    ("--fix {pins} on {pool:w}: the configurations with these pins that fit the GPU offload to the host; the least of "
+     "them, {k}, {why}",
+     "--fix {pins}（{pool}）：带这些固定参数且显存放得下的配置都要卸载到主机，其中主机内存需求最小的 {k}：{why!t}"),
     # compare.py: block recompute
     ("full recompute of {n:d} of {m:d} layers per stage (block)", "每个流水线阶段前 {n} 层（共 {m} 层）完全重计算（block 方式）"),
     # space.py
