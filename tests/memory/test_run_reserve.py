@@ -158,9 +158,9 @@ def test_estimate_replay_against_trace_replay() -> None:
     """Consistency, not truth (the allocator simulator is trainmem's own): a tiny Llama (vocab 32,000) traced on
     fake tensors at 128, 256, 192 tokens, each traced step replayed in that order through the same allocator,
     grows reserved memory over one repeated 256-token step; the estimate's replay grows too, by the same rule
-    (new segments for the longer micro-batch's blocks), within a factor of the trace's. Measured: 36 MiB both here;
-    at 1000, 2000, 1500 tokens 186 vs 310 MiB (0.60; amp-bf16 + full recompute 190 vs 310), at 400, 800, 600, 1000,
-    700 tokens 312 vs 408 MiB (0.76): the estimate's timeline has fewer, merged large blocks than the traced step."""
+    (new segments for the longer micro-batch's blocks), by about as much. Measured: 36 MiB both here; at 1000, 2000,
+    1500 tokens 310 vs 310 MiB (amp-bf16 + full recompute 314 vs 310), at 400, 800, 600, 1000, 700 tokens 388 vs
+    408 MiB. (While the loss backward's two fp32 gradients were one block in the replay: 186, 190 and 312 MiB.)"""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     import trainmem.trace.step as step
@@ -200,7 +200,7 @@ def test_estimate_replay_against_trace_replay() -> None:
     sz = R._Sizer(record_step_events, spec, s, 0, lengths)
     e_growth = R.replay_run(sz.sections, lengths, 1, cap)[0] - R.replay_run(sz.sections, [256] * 3, 1, cap)[0]
     assert t_growth > 0 and e_growth > 0
-    assert 0.4 < e_growth / t_growth < 1.6, (e_growth / MiB, t_growth / MiB)
+    assert 0.8 < e_growth / t_growth < 1.25, (e_growth / MiB, t_growth / MiB)
 
 
 def test_spike_probe_is_the_malloc_free_pair() -> None:

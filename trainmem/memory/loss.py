@@ -42,6 +42,9 @@ class LossBuffers:
     logits_saved: bool = False
     """The loss saves the logits themselves for its backward (a fused cross-entropy kernel): they outlive a
     dropped model output until the loss backward has run."""
+    backward_transient_tensors: int = 1
+    """How many equal tensors ``backward_transient_bytes`` is (2: nll_loss's gradient and log_softmax's input
+    gradient, alive together); only the run replay's segments read it (trainmem/memory/run_reserve.py)."""
     logits_overlap_bytes: int = 0
     """With ``logits_saved``: the logits are saved chunk by chunk, one autograd node per chunk (torchtune's
     ``CEWithChunkedOutputLoss`` with ``compute_cross_entropy`` compiled: one compiled node per chunk), and each
@@ -66,7 +69,7 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
         # *ForMaskedLM calls CrossEntropyLoss on the logits as they are (no fp32 upcast): in pure
         # 16-bit, log_softmax keeps a 16-bit output and its backward makes 16-bit gradients
         return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=0,
-                           backward_transient_bytes=2 * c * n, grad_logits_bytes=0)
+                           backward_transient_bytes=2 * c * n, grad_logits_bytes=0, backward_transient_tensors=2)
     if not spec.logits_upcast and setup.loss == "hf" and c == 2 and not is_amp(setup) and not setup.loss_parallel:
         return unshifted_16bit_ce_buffers(n, c)
     if setup.loss_parallel:
@@ -92,7 +95,7 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     fwd = 4 * n if c == 2 else 0
     return _sp_final_norm_shard(spec, setup, LossBuffers(
         logits_bytes=c * n, kept_bytes=kept, forward_transient_bytes=fwd, backward_transient_bytes=8 * n,
-        grad_logits_bytes=c * n if c == 2 else 0))
+        grad_logits_bytes=c * n if c == 2 else 0, backward_transient_tensors=2))
 
 
 def unshifted_16bit_ce_buffers(n: int, c: int) -> LossBuffers:
@@ -106,7 +109,7 @@ def unshifted_16bit_ce_buffers(n: int, c: int) -> LossBuffers:
     full-size gradient of ``lm_logits`` (c·n) for the LM head. (Under autocast log_softmax is an fp32 op:
     the upcast path applies.)"""
     return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=c * n,
-                       backward_transient_bytes=2 * c * n, grad_logits_bytes=c * n)
+                       backward_transient_bytes=2 * c * n, grad_logits_bytes=c * n, backward_transient_tensors=2)
 
 
 def unsloth_ce_buffers(tokens: int, vocab: int, logit_bytes: int) -> LossBuffers:

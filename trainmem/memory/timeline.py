@@ -51,12 +51,14 @@ class Timeline:
     ``("f", key)``, ``("r", old, new)``, ``("m", phase)``. None (the default): nothing recorded."""
 
     def alloc(self, key: str, category: str, n_bytes: int, *, count: int = 1, side_stream: bool = False,
-              aggregate: bool = False) -> None:
+              aggregate: bool = False, pieces: int = 1) -> None:
         """Allocate ``count`` blocks of ``n_bytes`` (each rounded to 512 B) under one key; ``side_stream``:
         on a collective stream (its own pool: it neither serves nor is served by compute-stream blocks);
-        ``aggregate``: many tensors summed in one block (never one cudaMalloc: not a segment candidate)."""
+        ``aggregate``: many tensors summed in one block (never one cudaMalloc: not a segment candidate);
+        ``pieces``: the block is that many equal tensors (recorded so in ``events``, one block here)."""
         if self.events is not None:
-            self.events.append(("a", key, n_bytes, count, 1 if side_stream else 0))
+            self.events.append(("a", key, n_bytes // pieces, count * pieces, 1 if side_stream else 0)
+                               if pieces > 1 and n_bytes % pieces == 0 else ("a", key, n_bytes, count, 1 if side_stream else 0))
         if n_bytes <= 0 or count <= 0:
             return
         if key in self.live:
@@ -125,9 +127,9 @@ class Timeline:
             self.phase_max[-1] = max(self.phase_max[-1], self._phase_max)
 
     def spike(self, key: str, category: str, n_bytes: int, *, side_stream: bool = False,
-              aggregate: bool = False) -> None:
+              aggregate: bool = False, pieces: int = 1) -> None:
         """An allocation that is freed right away (a transient at this point of the step)."""
-        self.alloc(key, category, n_bytes, side_stream=side_stream, aggregate=aggregate)
+        self.alloc(key, category, n_bytes, side_stream=side_stream, aggregate=aggregate, pieces=pieces)
         self.free(key)
 
     def by_category(self) -> dict[str, int]:

@@ -275,7 +275,8 @@ class StepWalk:
     def loss_backward(self, mb: int) -> None:
         tl, p, loss = self.tl, self.plan, self.loss
         fused = self.s.loss == "fused-linear"
-        tl.spike(f"lossbwd{mb}", "temporaries", loss.backward_transient_bytes, aggregate=True)  # gradients alive together
+        tl.spike(f"lossbwd{mb}", "temporaries", loss.backward_transient_bytes, aggregate=True,  # gradients alive together
+                 pieces=loss.backward_transient_tensors)
         # Fused linear CE keeps the final hidden state's gradient (Liger's grad_input). The final norm's
         # backward peaks with five fp32 b·s·h tensors and the norm's fp32 saved input (traced); the 16-B
         # final_norm_bwd term plus the norm's saved tensors count that exactly for an fp32 residual stream,
