@@ -73,3 +73,21 @@ def test_no_finding_advises_stopping_the_jobs_own_ranks(case: dict, tmp_path, ca
     found = _json(capsys, "doctor", *_args(case, tmp_path))["findings"]
     assert found[0]["cause"] == "rank_imbalance"
     assert not [x["action"] for f in found for x in f["fixes"] if x["action"].startswith("stop process")]
+
+
+def test_goal_table_counts_undetermined_both_ways() -> None:
+    """benchmarks/doctor_threads.py's goal table: per held-out split and pooled, the top-cause share over all
+    threads and over those the doctor named (threads less undetermined), from the same judged rows as the summary."""
+    from tests.doctor.test_threads import _bench, _rows
+    b, rows = _bench(), list(_rows())
+    lines = b.goal_table(rows).splitlines()[2:]
+    sums = [b.summary(rows, s) for s in b.HELD_OUT]
+    pooled = {k: sum(s[k] for s in sums) for k in sums[0]}
+    assert len(lines) == 4
+    for line, s in zip(lines, [*sums, pooled]):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        n, und, named = s["threads"], s["undetermined"], s["threads"] - s["undetermined"]
+        assert (int(cells[1]), int(cells[2])) == (n, und)
+        assert cells[3].startswith(f"{s['cause_right']}/{n} ") and cells[4].startswith(f"{s['cause_right']}/{named} ")
+        assert cells[5].startswith(f"{s['fix_offered']}/{n} ") and cells[6].split("/")[1].startswith(f"{named} ")
+    assert "all held-out" in lines[-1]
