@@ -91,3 +91,30 @@ def test_goal_table_counts_undetermined_both_ways() -> None:
         assert cells[3].startswith(f"{s['cause_right']}/{n} ") and cells[4].startswith(f"{s['cause_right']}/{named} ")
         assert cells[5].startswith(f"{s['fix_offered']}/{n} ") and cells[6].split("/")[1].startswith(f"{named} ")
     assert "all held-out" in lines[-1]
+
+
+def _varlen_log(reserved: int, ranks: tuple[int, ...] = (0,), long_on: tuple[int, ...] = (0,)):
+    from trainmem.doctor.steplog import StepLog, StepRecord
+    from trainmem.units import GiB
+    recs = tuple(StepRecord(step=i, allocated_bytes=20 * GiB, reserved_bytes=reserved, rank=r,
+                            peak_allocated_bytes=(50 if i == 3 and r in long_on else 25) * GiB)
+                 for r in ranks for i in range(60))
+    return StepLog(records=recs, ranks=ranks)
+
+
+def test_reserved_at_the_runs_high_water_mark_is_the_cache_not_fragmentation() -> None:
+    """Variable-length samples: step 3's long sequence peaks at 50 GiB, the other 59 steps at 25 GiB; the cache keeps
+    the 52 GiB the long step grew (segments go back only on a failed cudaMalloc or empty_cache). Reserved is 27 GiB
+    above each short step's own peak, 2 GiB above the highest peak so far: no finding (it was fragmentation 0.65).
+    Reserved 72 GiB is 22 GiB above that high-water mark: fragmentation. The mark is per rank."""
+    from trainmem.doctor.case import Evidence
+    from trainmem.doctor.rules import diagnose
+    from trainmem.units import GiB
+    assert [f.cause for f in diagnose(Evidence(log=_varlen_log(52 * GiB)), None)] == ["none"]
+    f = diagnose(Evidence(log=_varlen_log(72 * GiB)), None)[0]
+    assert f.cause == "fragmentation" and f.observed_bytes == 22 * GiB
+    # rank 1 never ran the long sequence: its 52 GiB reserved is 27 GiB over its own highest peak
+    f = diagnose(Evidence(log=_varlen_log(52 * GiB, ranks=(0, 1), long_on=(0,))), None)
+    assert "fragmentation" in [x.cause for x in f]
+    assert [x.cause for x in diagnose(Evidence(log=_varlen_log(52 * GiB, ranks=(0, 1), long_on=(0, 1))), None)] \
+        == ["none"]

@@ -431,13 +431,22 @@ def _frag_from_snapshot(ev: Evidence) -> tuple[float, int, str] | None:
 
 
 def _frag_from_log(ev: Evidence, exp: Expected | None, cap: int | None) -> tuple[float, int, str] | None:
-    """Reserved above the step's peak allocated (the monitor's ``peak_allocated_bytes``): bytes the cache held
-    that the step never used at once. Reserved − allocated *between* steps is the cache holding the freed
-    activations, normal for every run, and is not evidence: a log without the peak column says nothing here."""
+    """Reserved above the peak allocated (the monitor's ``peak_allocated_bytes``, reset each step): bytes the cache
+    held that no step used at once. Reserved − allocated *between* steps is the cache holding the freed
+    activations, normal for every run, and is not evidence: a log without the peak column says nothing here.
+
+    The peak is the rank's highest so far, not the step's own: the caching allocator returns freed blocks to its
+    pools and gives segments back only on a failed cudaMalloc or ``empty_cache()`` (c10/cuda/CUDACachingAllocator.cpp
+    ``release_cached_blocks``), so after a long sequence a shorter step runs inside the segments the long one grew:
+    reserved keeps the run's high-water mark (variable-length samples), which is the cache, not fragmentation."""
     if ev.log is None:
         return None
-    gaps = [(r.peak_reserved_bytes or r.reserved_bytes or 0) - r.peak_allocated_bytes
-            for r in ev.log.records if (r.peak_reserved_bytes or r.reserved_bytes) and r.peak_allocated_bytes]
+    gaps, high = [], {}
+    for r in sorted(ev.log.records, key=lambda r: (r.rank, r.step)):
+        reserved = r.peak_reserved_bytes or r.reserved_bytes
+        if reserved and r.peak_allocated_bytes:
+            high[r.rank] = max(high.get(r.rank, 0), r.peak_allocated_bytes)
+            gaps.append(reserved - high[r.rank])
     if not gaps:
         return None
     o = int(median(sorted(gaps)[len(gaps) // 2:]))  # the upper half: the steps where the cache is widest
@@ -449,7 +458,7 @@ def _frag_from_log(ev: Evidence, exp: Expected | None, cap: int | None) -> tuple
         floor = max(1 * GiB, 0.25 * median(r.peak_allocated_bytes for r in ev.log.records if r.peak_allocated_bytes))
     if o - e < floor:
         return None
-    return 0.65, o, f"per-step log: reserved exceeds the step's peak allocated by {g(o)} (estimate {g(e)})"
+    return 0.65, o, f"per-step log: reserved exceeds the highest step peak allocated so far by {g(o)} (estimate {g(e)})"
 
 
 def fragmentation(ev: Evidence, exp: Expected | None) -> Finding | None:

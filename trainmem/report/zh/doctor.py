@@ -242,8 +242,8 @@ PATTERNS: list[tuple[str, str]] = [
     ("{u} reserved but unallocated ≥ the {t} requested: the cache held the bytes, not in one block",
      "已保留但未分配的显存 {u} ≥ 申请的 {t}：缓存里的字节数够，但不是连续的一整块"),
     ("{u} reserved but unallocated, {pct:w} of the GPU", "已保留但未分配 {u}，占 GPU 的 {pct}"),
-    ("per-step log: reserved exceeds the step's peak allocated by {o} (estimate {e})",
-     "逐步日志：reserved 比该步的峰值已分配多出 {o}（估算 {e}）"),
+    ("per-step log: reserved exceeds the highest step peak allocated so far by {o} (estimate {e})",
+     "逐步日志：reserved 比此前各步最高的峰值已分配多出 {o}（估算 {e}）"),
     ("snapshot: {s} free inside partly used segments of {r} reserved; largest free block {l}, smaller than the {q} "
      "requested", "快照：已保留的 {r} 中，部分占用的 segment 里还空着 {s}；最大空闲块 {l}，小于申请的 {q}"),
     ("the estimate expects {e} of allocator slack at the peak", "估算认为峰值时 allocator 的富余为 {e}"),
