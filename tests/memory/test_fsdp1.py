@@ -201,8 +201,9 @@ def test_plan_fix_fsdp_version_1_evaluates_fsdp1(capsys) -> None:
     e2 = estimate(spec, make_setup(**kw))
     assert p["device_total_bytes"] == e1.device_total_bytes
     # (the peaks may coincide — both reserve the same collective-stream pools — but the step is FSDP1's: its flat
-    # parameters with the 16-bit copy of the local shard at each gather)
-    assert e1.breakdown_at_peak_bytes["parameters"] != e2.breakdown_at_peak_bytes["parameters"]
+    # parameters with the 16-bit copy of the local shard at each gather, or — the plan's HF Trainer loop with
+    # grad_accum > 1 — no_sync's unsharded gradients kept to the last micro-batch)
+    assert e1.breakdown_at_peak_bytes != e2.breakdown_at_peak_bytes
     assert any(a.startswith("FSDP1:") for a in e1.assumptions)
 
 

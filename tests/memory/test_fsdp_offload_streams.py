@@ -119,3 +119,49 @@ def test_fsdp2_offload_copy_in_pool_is_the_root_shard() -> None:
                dict(gpus=1, offload="optimizer+params")):
         _, other = build("qwen2.5-0.5b", engine="fsdp2", precision="bf16", **kw)
         assert fsdp2_offload_copy_in_pool_bytes(other, root) == 0
+
+
+# -- FSDP1 no_sync (gradient accumulation) ------------------------------------------------------------------------
+def test_fsdp1_no_sync_when_hf_trainer_or_offload_accumulates() -> None:
+    from trainmem.memory.engines.fsdp1 import fsdp1_no_sync
+
+    def s(**kw):
+        return build("llama-2-7b", engine="fsdp2", fsdp_version=1, gpus=2, **kw)[1]
+
+    assert fsdp1_no_sync(s(grad_accum=2, loop="trainer"))
+    assert fsdp1_no_sync(s(grad_accum=2, loop="script", offload="optimizer+params"))  # (fsdp_qlora train.py)
+    assert not fsdp1_no_sync(s(grad_accum=2, loop="script"))  # a script accumulating sharded gradients
+    assert not fsdp1_no_sync(s(grad_accum=1, loop="trainer"))
+
+
+def test_fsdp1_no_sync_keeps_the_unsharded_gradient_to_the_last_micro_batch() -> None:
+    """bf16, dp 2, grad_accum 2, HF Trainer: micro-batch 0's unsharded gradient of a 1,000-element unit
+    (2 B × 1,000 = 2,000 -> 2,048) is not reduce-scattered; micro-batch 1 adds its own (a 2,048 transient) and the
+    reduce-scatter then leaves only the bf16 sharded gradient (2 B × 500 = 1,000 -> 1,024)."""
+    _, _, eng = _engine(gpus=2, fsdp_version=1, precision="bf16", grad_accum=2, loop="trainer")
+    tl = eng.tl
+    eng._mb = 0
+    eng.grad("g0", 1000, 0)
+    eng.reduce(["g0"], 1000)
+    assert tl.live == {"g0:unsharded": ("temporaries", 2048)}
+    eng._mb = 1
+    eng.grad("g0", 1000, 1)
+    assert tl.peak == 2048 + 2048
+    eng.reduce(["g0"], 1000)
+    assert tl.live == {"g0:sharded": ("gradients", 1024)}
+
+
+def test_fsdp1_no_sync_step_holds_the_unsharded_gradients() -> None:
+    """Llama-2-7B full fine-tune, amp-bf16, 8 ranks, grad_accum 2, HF Trainer: in micro-batch 1 the 16-bit
+    unsharded gradients of every decoder layer (2 B × 32 × 202,383,360 = 12.06 GiB, the root's too) are on the
+    GPU; a script (sharded accumulation) holds the fp32 shards instead (4 B × 6.74e9 / 8 = 3.14 GiB)."""
+    kw = dict(engine="fsdp2", fsdp_version=1, gpus=8, precision="amp-bf16", grad_accum=2, recompute="full")
+    spec, trainer = build("llama-2-7b", loop="trainer", **kw)
+    _, script = build("llama-2-7b", loop="script", **kw)
+    e_t, e_s = estimate(spec, trainer), estimate(spec, script)
+    layers = 2 * 32 * 202_383_360
+    assert e_t.peak_phase == "backward mb1"
+    held = e_t.breakdown_at_peak_bytes["gradients"] + e_t.breakdown_at_peak_bytes["temporaries"]
+    assert held >= 0.95 * layers
+    assert e_s.category_peak_bytes["gradients"] <= 1.01 * 4 * spec.n_params / 8
+    assert e_t.peak_allocated_bytes - e_s.peak_allocated_bytes >= layers - 4 * spec.n_params / 8 - 2**30

@@ -31,6 +31,10 @@ EXACT: dict[str, str] = {
     "sharded gradient (_saved_grad_shard) stays on the GPU until the end of backward":
         "FSDP1 CPUOffload(offload_params=True)：分片参数、_cpu_grad 和优化器都在主机内存；每个单元的分片梯度"
         "（_saved_grad_shard）在反向传播结束前一直留在 GPU 上",
+    "FSDP1 no_sync on every micro-batch but the last (HF Trainer / accelerate; CPU offload needs it): each unit's "
+    "unsharded gradient stays on the GPU until the last micro-batch's reduce-scatter":
+        "FSDP1 在除最后一个以外的每个 micro-batch 上处于 no_sync（HF Trainer / accelerate；CPU offload 必须如此）："
+        "每个单元的未分片梯度一直留在 GPU 上，直到最后一个 micro-batch 的 reduce-scatter",
     "--fsdp-version 1 selects FSDP1 under --engine fsdp2": "--fsdp-version 1 表示在 --engine fsdp2 下使用 FSDP1",
     "--fsdp-version 1 is modelled without tp/pp/cp/ep (FSDP1 over data parallel ranks only)":
         "--fsdp-version 1 只对不带 tp/pp/cp/ep 的情况建模（FSDP1 只在数据并行 rank 之间分片）",

@@ -47,9 +47,11 @@ from trainmem.memory.engines.base import ModelStates, lora_base
 from trainmem.memory.engines.fsdp2 import FSDP2Engine, fsdp_replicated_quant_state_bytes
 from trainmem.memory.states import optimizer_state_bytes, optimizer_step_temp_bytes
 from trainmem.setup import TrainingSetup
+from trainmem.units import round_up_bytes as _r
 
 __all__ = ["FSDP1Engine", "fsdp1_shard_elems", "fsdp1_storage_elem_bytes", "fsdp1_param_dtype_bytes",
-           "fsdp1_uses_mixed_precision", "fsdp1_pre_unshard_bytes", "fsdp1_pre_unshard_pool_bytes"]
+           "fsdp1_uses_mixed_precision", "fsdp1_pre_unshard_bytes", "fsdp1_pre_unshard_pool_bytes",
+           "fsdp1_no_sync"]
 
 
 def fsdp1_shard_elems(n: int, dp: int) -> int:
@@ -97,6 +99,26 @@ def fsdp1_pre_unshard_bytes(gathered_shard_bytes: int, load_shard_bytes: int, mi
     return load_shard_bytes if offload else 0
 
 
+def fsdp1_no_sync(s: TrainingSetup) -> bool:
+    """Whether the micro-batches before the last run under ``FullyShardedDataParallel.no_sync()``, where
+    ``_post_backward_hook`` reshards and returns before ``_reduce_grad`` (``if not state._sync_gradients``), so
+    each unit's unsharded gradient stays in ``flat_param.grad`` on the GPU and the next backward accumulates into
+    it (``prepare_gradient_for_backward`` keeps an unsharded-size ``.grad``), until the last micro-batch's
+    reduce-scatter (torch 2.13 fsdp/_runtime_utils.py, _flat_param.py; the ``no_sync`` docstring: "FSDP will
+    accumulate the full model gradients (instead of gradient shards) until the eventual sync"). Taken when:
+
+    * loop ``trainer``: HF Trainer enters ``accelerator.no_sync(model)`` for every micro-batch but the last
+      (transformers 5.24 trainer.py ``_inner_training_loop``), which is FSDP1's ``model.no_sync`` (accelerate
+      1.15 accelerator.py ``no_sync``);
+    * ``CPUOffload(offload_params=True)``: accumulation outside ``no_sync`` does not work with CPU offloading
+      (``_finalize_params`` deletes ``_saved_grad_shard`` after copying it into ``_cpu_grad``, which the next
+      micro-batch's copy overwrites: the TODO in ``prepare_gradient_for_backward``), so offloaded runs accumulate
+      under it (fsdp_qlora train.py: ``no_sync`` set when ``use_cpu_offload`` and gradient accumulation).
+
+    Only with ``grad_accum`` > 1."""
+    return s.grad_accum > 1 and (s.loop == "trainer" or s.offload == "optimizer+params")
+
+
 def fsdp1_pre_unshard_pool_bytes(largest_bytes: int, live_at_peak_bytes: int) -> int:
     """Bytes of the pre-unshard stream's pool cached and free at the compute stream's peak, where the compute
     stream cannot use them (rounded up to the 2 MiB ``kRoundLarge``). The caching allocator serves a request
@@ -134,6 +156,10 @@ class FSDP1Engine(FSDP2Engine):
         if s.is_lora:
             notes.append("FSDP1 LoRA (use_orig_params=False): adapters wrapped as their own units (PEFT "
                          "fsdp_auto_wrap_policy); frozen units have no gradient")
+        if fsdp1_no_sync(s):
+            notes.append("FSDP1 no_sync on every micro-batch but the last (HF Trainer / accelerate; CPU offload needs "
+                         "it): each unit's unsharded gradient stays on the GPU until the last micro-batch's "
+                         "reduce-scatter")
         states = optimizer_state_bytes(s, T_local, train_elem, spec)
         st = ModelStates(unsharded_elem=fsdp1_param_dtype_bytes(s), grad_elem=train_elem)
         if s.offload == "optimizer+params":
@@ -197,7 +223,7 @@ class FSDP1Engine(FSDP2Engine):
         from the unsharded gradient (padded by ``F.pad`` when the unit's numel is not a multiple of dp), the
         unsharded gradient is dropped, ``_cast_grad_to_param_dtype`` makes a copy in the shard's dtype when they
         differ, and ``_accumulate_sharded_grad`` keeps it as (or adds it to) ``_saved_grad_shard``."""
-        if n <= 0:
+        if n <= 0 or self._in_no_sync():  # (no_sync: the unsharded gradient stays, see fsdp1_no_sync)
             return
         tl, dp = self.tl, self.s.fsdp_shard_degree
         local, g16 = self._local(n, experts), self._grad_elem_unsharded()
@@ -231,9 +257,35 @@ class FSDP1Engine(FSDP2Engine):
         else:
             self.tl.alloc(key + ":unsharded", "temporaries", size)
 
+    def _in_no_sync(self) -> bool:
+        """This micro-batch runs under ``no_sync`` (:func:`fsdp1_no_sync`): every one but the last."""
+        return getattr(self, "_mb", self.s.grad_accum - 1) < self.s.grad_accum - 1 and fsdp1_no_sync(self.s)
+
+    def _keeps_units(self) -> bool:
+        """SHARD_GRAD_OP (zero 2) in a ``no_sync`` micro-batch: no reshard in backward (torch 2.13
+        _runtime_utils.py ``_should_free_in_backward``)."""
+        return self.s.zero == 2 and self._in_no_sync()
+
+    def bulk_backward_end(self, js: list[int]) -> None:
+        if not self._keeps_units():
+            super().bulk_backward_end(js)
+
+    def bulk_grads(self, j0: int, n: int) -> None:
+        """A block of layers' gradients: under ``no_sync`` their unsharded gradients, kept (and accumulated into)
+        until the last micro-batch, whose reduce-scatters drop them and keep the sharded ones."""
+        key = f"gbulk{j0}:unsharded"
+        if self._in_no_sync():
+            if not self.tl.has(key):
+                size = _r(self._grad_elem_unsharded() * self.plan.layer_train[j0]) * n
+                self.tl.alloc(key, "gradients", size, aggregate=True)
+            return
+        self.tl.free(key)
+        super().bulk_grads(j0, n)
+
     # -- hooks -------------------------------------------------------------------------------------
     def backward_start(self, mb: int) -> None:
         """The root's ``_pre_backward_hook`` (on the loss) prefetches the last unit in post-forward order."""
+        self._mb = mb
         if self.s.zero == 3 and self.plan.layer_ids and self.s.backward_prefetch == "pre":
             self.prefetch(*self._unit(len(self.plan.layer_ids) - 1))
 
@@ -244,10 +296,13 @@ class FSDP1Engine(FSDP2Engine):
                 self.prefetch(*self._unit(j - 1))
 
     def layer_backward_end(self, j: int) -> None:
-        """``_post_backward_hook``: reshard (free the unit), BACKWARD_POST's prefetch, then ``_reduce_grad``."""
+        """``_post_backward_hook``: reshard (free the unit), BACKWARD_POST's prefetch, then ``_reduce_grad``.
+        SHARD_GRAD_OP under ``no_sync`` keeps the unit unsharded (``_should_free_in_backward``: only when syncing
+        or resharding after forward) for the next micro-batch's forward."""
         p = self.plan
         idx = p.layer_ids[j]
-        self.tl.free(f"unit{idx}")
+        if not self._keeps_units():
+            self.tl.free(f"unit{idx}")
         if j > 0 and self.s.zero == 3 and self.s.backward_prefetch == "post":
             self.prefetch(*self._unit(j - 1))
         self.reduce([f"g{idx}", f"g{idx}d", f"g{idx}m", f"g{idx}o"], p.layer_train[j], p.layer_experts[j])
@@ -263,6 +318,6 @@ class FSDP1Engine(FSDP2Engine):
         p = self.plan
         self.tl.free("root")
         self.reduce(["g_emb", "g_head", "g_pos"], p.emb_train + p.head_train)
-        if self._offloaded():
+        if self._offloaded() and not self._in_no_sync():  # (no_sync: _finalize_params returns first)
             for k in [k for k in list(self.tl.live) if k.endswith(":sharded")]:
                 self.tl.free(k)
