@@ -114,10 +114,11 @@ def gpus_cmd() -> None:
     from trainmem.units import GiB
 
     tab = Table(title="trainmem GPU catalog")
-    for col in ("name", "memory (GiB)", "bf16 TFLOP/s", "source"):
+    for col in ("name", "memory (GiB)", "bf16 TFLOP/s", "host RAM/node (GiB)", "source"):
         tab.add_column(col, overflow="fold")
     for g in list_gpus():
-        tab.add_row(g.name, f"{g.memory_bytes / GiB:.1f}", "n/a" if g.bf16_tflops is None else f"{g.bf16_tflops:g}", g.source)
+        host = "n/a" if g.host_memory_bytes is None else f"{g.host_memory_bytes / GiB:,.0f}" + (" assumed" if g.host_memory_assumed else "")
+        tab.add_row(g.name, f"{g.memory_bytes / GiB:.1f}", "n/a" if g.bf16_tflops is None else f"{g.bf16_tflops:g}", host, g.source)
     Console().print(tab)
 
 
