@@ -227,6 +227,9 @@ def test_example_dgx_h100_file() -> None:
     assert _shape(c) == [("H100-SXM-80G", 64, 8, 8, "NVLink4-NVSwitch", "IB-NDR400", "PCIe5-x16")]
     assert c.notes == () and c.label == "64× H100-SXM-80G (8 nodes × 8)"  # every value written out
     assert _shape(c) == _shape(parse_cluster("64xH100-SXM-80G"))
+    g = c.groups[0]  # the host RAM written out too: the catalog default's figure, from the file
+    assert (g.host_memory_bytes, g.host_memory_from) == (2048 * 2**30, "cluster file groups[1]")
+    assert g.host_memory_bytes == parse_cluster("64xH100-SXM-80G").groups[0].host_memory_bytes
 
 
 def test_example_mixed_file() -> None:
@@ -236,6 +239,7 @@ def test_example_mixed_file() -> None:
     assert c.notes[0].startswith("A100-SXM-80G: 8 GPUs per node, NVLink3-NVSwitch inside a node")
     assert not any("RTX-3090-24G:" in n for n in c.notes)  # its settings are all written out
     assert not any("no cross link" in n for n in c.notes)
+    assert [g.host_memory_from for g in c.groups] == ["catalog default for A100-SXM-80G", "cluster file groups[2]"]
 
 
 _TOML = """
