@@ -109,7 +109,8 @@ def fsdp1_no_sync(s: TrainingSetup) -> bool:
 
     * loop ``trainer``: HF Trainer enters ``accelerator.no_sync(model)`` for every micro-batch but the last
       (transformers 5.24 trainer.py ``_inner_training_loop``), which is FSDP1's ``model.no_sync`` (accelerate
-      1.15 accelerator.py ``no_sync``);
+      1.15 accelerator.py ``no_sync``). Lightning's Trainer does not (lightning 2.6 strategies/parallel.py
+      ``block_backward_sync`` enters ``no_sync`` only for DDP): its FSDP1 runs are ``loop`` ``script`` here;
     * ``CPUOffload(offload_params=True)``: accumulation outside ``no_sync`` does not work with CPU offloading
       (``_finalize_params`` deletes ``_saved_grad_shard`` after copying it into ``_cpu_grad``, which the next
       micro-batch's copy overwrites: the TODO in ``prepare_gradient_for_backward``), so offloaded runs accumulate
