@@ -118,3 +118,22 @@ def test_reserved_at_the_runs_high_water_mark_is_the_cache_not_fragmentation() -
     assert "fragmentation" in [x.cause for x in f]
     assert [x.cause for x in diagnose(Evidence(log=_varlen_log(52 * GiB, ranks=(0, 1), long_on=(0, 1))), None)] \
         == ["none"]
+
+
+def test_the_display_on_the_jobs_gpu_counts_only_where_something_failed(capsys, tmp_path) -> None:
+    """A desktop RTX 4090 training (python 19.8 GiB) beside Xorg, gnome-shell and firefox (Type G, 731 MiB): no
+    finding (it was other_process 0.7 with "stop process 1874 (/usr/lib/xorg/Xorg)"). With an OOM asking 1 GiB where
+    900 MiB is free, the display's 731 MiB would make the room: other_process."""
+    from tests.doctor.conftest import CORPUS
+    from trainmem.doctor.nvsmi import parse_nvidia_smi
+    smi_path = CORPUS / "nvsmi" / "desktop_display_4090.txt"
+    smi = parse_nvidia_smi(smi_path.read_text())
+    assert [(p.pid, p.type) for p in smi.processes] == [(1874, "G"), (2101, "G"), (3342, "G"), (88123, "C")]
+    assert [f["cause"] for f in _json(capsys, "doctor", "--nvidia-smi", str(smi_path))["findings"]] == ["none"]
+    err = tmp_path / "e.txt"
+    err.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity "
+                   "of 23.99 GiB of which 900.00 MiB is free. Including non-PyTorch memory, this process has 19.80 GiB "
+                   "memory in use. Of the allocated memory 19.00 GiB is allocated by PyTorch, and 300.00 MiB is "
+                   "reserved by PyTorch but unallocated.\n")
+    f = _json(capsys, "doctor", "--nvidia-smi", str(smi_path), "--error", str(err))["findings"]
+    assert f[0]["cause"] == "other_process" and f[0]["observed_bytes"] == (412 + 201 + 118) * 2**20

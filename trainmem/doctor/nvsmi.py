@@ -40,6 +40,9 @@ class GPUProcess:
     pid: int
     name: str
     used_bytes: int
+    type: str = "C"
+    """The table's Type column: ``C`` compute (a CUDA context), ``G`` graphics only (the display server, a desktop
+    or browser), ``C+G`` both, ``M``/``M+C`` MPS; ``--query-compute-apps`` lists compute processes only: ``C``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +70,8 @@ def _table(text: str) -> tuple[list[GPUMemory], list[GPUProcess]]:
         p = _PROC.match(ln)
         if p:
             used = 0 if p.group(5) == "N/A" else int(p.group(5)) * MiB
-            procs.append(GPUProcess(gpu=int(p.group(1)), pid=int(p.group(2)), name=p.group(4).strip(), used_bytes=used))
+            procs.append(GPUProcess(gpu=int(p.group(1)), pid=int(p.group(2)), name=p.group(4).strip(), used_bytes=used,
+                                    type=p.group(3)))
             continue
         m = _MEM.search(ln)
         if m and pending is not None:

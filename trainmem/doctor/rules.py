@@ -823,17 +823,21 @@ def _other_from_oom(ev: Evidence, exp: Expected | None) -> tuple[float, list, in
 
 def _other_from_smi(ev: Evidence, exp: Expected | None) -> list[tuple[int, str, int, int | None]]:
     """(pid, name, bytes, gpu) of the processes on the job's GPUs that are neither its process there nor one of
-    its ranks' contexts; processes on GPUs the job does not use are another job's business."""
+    its ranks' contexts; processes on GPUs the job does not use are another job's business. Graphics-only
+    processes (Type ``G``: the display server, the desktop, a browser) count only where something failed: on a
+    run that fits, the display's framebuffer is no cause, and "stop Xorg" no advice."""
     smi = ev.nvsmi
     if smi is None:
         return []
     own = {p.pid for _, ps in (*_foreign_contexts(ev), *_sibling_contexts(ev, exp)) for p in ps}
     own |= {p.pid for p in _main_procs(ev).values()}
     jobs = job_gpus(ev)
+    display_counts = _failed(ev)
     out = []
     for gi in sorted(jobs):
         procs = sorted(smi.on_gpu(gi), key=lambda p: -p.used_bytes)
-        out += [(p.pid, p.name, p.used_bytes, gi) for p in procs if p.pid not in own and p.used_bytes >= 64 * MiB]
+        out += [(p.pid, p.name, p.used_bytes, gi) for p in procs if p.pid not in own and p.used_bytes >= 64 * MiB
+                and (display_counts or p.type != "G")]
     return out
 
 
