@@ -109,6 +109,9 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
                                        "16-bit input) [bnb]"),
     ("adapter_dtype", _S, "--adapter-dtype", "with LoRA: fp32 (PEFT's default upcast) | bf16 (the base's dtype: "
                                              "torchtune, PEFT autocast_adapter_dtype=False) [fp32]"),
+    ("kbit_prep", _S, "--kbit-prep", "with LoRA: frozen 16-bit weights cast to fp32: none | peft "
+                                     "(prepare_model_for_kbit_training) | norms-fp32 (TRL <= 0.21, LLaMA-Factory "
+                                     "upcast_layernorm) [none]"),
     ("offload_activations", _B, "--offload-activations", "saved activations to pinned host memory (torchtune/TRL "
                                                          "OffloadActivations, axolotl activation_offloading)"),
     ("target_len", _I, "--target-len", "encoder–decoder models (T5, BART): target tokens per sequence; --seq-len is "

@@ -71,6 +71,8 @@ qlora_impl         bnb (qlora)     bnb (bitsandbytes Params4bit: quant state rep
                                    | bnb-legacy (bitsandbytes < 0.43.2: MatMul4Bit keeps its 16-bit input)
 adapter_dtype      fp32 (LoRA)     fp32 (PEFT's autocast_adapter_dtype=True) | bf16 (a bf16 base's dtype: torchtune,
                                    PEFT autocast_adapter_dtype=False): adapters, their grads and optimizer states
+kbit_prep          none            with LoRA: which frozen 16-bit weights the framework casts to fp32: peft (PEFT's
+                                   prepare_model_for_kbit_training: all not quantized) | norms-fp32 (the norms only)
 offload_activations False          saved tensors to pinned host memory (torchtune/TRL OffloadActivations; axolotl)
 image_tokens       0               vision-language models: visual tokens per sample, part of seq_len (trainmem/model/vlm.py)
 train_vision       False           VLMs: train the vision tower and projector (default frozen: LLaMA-Factory, ms-swift)
@@ -277,6 +279,14 @@ class TrainingSetup(BaseModel):
     dtype — torchtune's ``LoRALinear`` in the model dtype (no fp32 copy), PEFT with
     ``autocast_adapter_dtype=False``. (fp16 adapters cannot train under loss scaling: torch's GradScaler raises
     "Attempting to unscale FP16 gradients".)"""
+    kbit_prep: Literal["none", "peft", "norms-fp32"] | None = None
+    """With LoRA: the frozen 16-bit weights a framework casts to fp32 before training (trainmem/memory/kbit_prep.py).
+    ``none`` (default; TRL >= 0.22, LLaMA-Factory, ms-swift, axolotl once it casts them back, litgpt, torchtune);
+    ``peft``: PEFT's ``prepare_model_for_kbit_training`` (peft/utils/other.py: every fp16/bf16 parameter that is not a
+    ``Params4bit`` becomes fp32: embeddings, norms, LM head; the whole base when it is not quantized), as a script
+    that calls it runs; ``norms-fp32``: the norms only (TRL <= 0.21 after ``peft_module_casting_to_bf16`` with bf16,
+    LLaMA-Factory ``upcast_layernorm: true``). The weights' fp32 copies are counted; the fp32 activations that follow
+    from them are not (listed in the assumptions)."""
     kernels: Literal["unsloth"] | None = None
     """``unsloth``: the decoder layers run unsloth's own kernels (unslothai/unsloth @ ef70177a24): fast RMSNorm and
     RoPE, and LoRA_MLP / LoRA_QKV / LoRA_W where a whole group carries LoRA (trainmem/memory/unsloth.py). LoRA on a
@@ -558,6 +568,15 @@ class TrainingSetup(BaseModel):
                                  "walks one rank's micro-batches one after another")
         if self.lora_dropout and not self.lora_rank:
             raise ValueError(f"--lora-dropout {self.lora_dropout:g} needs LoRA (--lora-rank > 0)")
+        if self.kbit_prep not in (None, "none"):
+            if not self.lora_rank:
+                raise ValueError(f"--kbit-prep {self.kbit_prep} needs LoRA (--lora-rank > 0)")
+            if self.engine != "torch":
+                raise ValueError(f"--kbit-prep {self.kbit_prep} is modelled with --engine torch (TRL and axolotl skip "
+                                 "prepare_model_for_kbit_training for sharded QLoRA: FSDP, ZeRO-3)")
+            if p == "fp32":
+                raise ValueError(f"--kbit-prep {self.kbit_prep} casts 16-bit weights to fp32: with --precision fp32 "
+                                 "there are none")
         if self.adapter_dtype is not None and not self.lora_rank:
             raise ValueError(f"--adapter-dtype {self.adapter_dtype} needs LoRA (--lora-rank > 0)")
         if self.lora_rank and self.adapter_dtype is None:

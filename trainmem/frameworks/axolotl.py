@@ -44,6 +44,10 @@ STACK = Stack(
         Default(field="offload_activations", value=False, source=f"{_S}config.py activation_offloading=False"),
         Default(field="adapter_dtype", value="fp32", when=("lora",),
                 source="peft 0.21.2 get_peft_model autocast_adapter_dtype=True"),
+        Default(field="kbit_prep", value="none", when=("qlora",),
+                source="axolotl v0.18.0 src/axolotl/loaders/model.py: prepare_model_for_kbit_training, then "
+                       "_convert_embedding_modules_dtype(torch_dtype) puts norms, embed_tokens and lm_head back "
+                       "(needs_fa2_dtype for lora/qlora, not QLoRA + FSDP)"),
     ),
     notes=(
         "the examples pack samples (sample_packing: true): every row is sequence_len tokens long",

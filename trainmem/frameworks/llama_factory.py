@@ -28,6 +28,9 @@ STACK = Stack(
                        "model/patcher.py torch_dtype=compute_dtype"),
         Default(field="adapter_dtype", value="fp32", when=("lora",),
                 source="llamafactory 0.9.5 model/adapter.py cast_trainable_params_to_fp32 (not pure_bf16)"),
+        Default(field="kbit_prep", value="none", when=("lora",),
+                source=f"{_H}model_args.py upcast_layernorm=False (model_utils/checkpointing.py "
+                       "prepare_model_for_training; no prepare_model_for_kbit_training)"),
         Default(field="recompute", value="full",
                 source=f"{_H}model_args.py disable_gradient_checkpointing=False (model_utils/checkpointing.py)"),
         Default(field="lora_targets", value=("all-linear",), when=("lora",),

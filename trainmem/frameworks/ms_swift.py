@@ -24,6 +24,8 @@ STACK = Stack(
                 source=f"{_A}tuner_args.py target_modules=['all-linear']"),
         Default(field="lora_dropout", engines=_HF, value=0.05, when=("lora",),
                 source=f"{_A}tuner_args.py lora_dropout=0.05"),
+        Default(field="kbit_prep", engines=_HF, value="none", when=("qlora",),
+                source="ms-swift v4.5.2 swift/: no prepare_model_for_kbit_training"),
         Default(field="precision", value="bf16", engines=("torch", "fsdp2"),
                 source=f"{_A}base_args/model_args.py torch_dtype=None -> the checkpoint's bfloat16; "
                        "_init_mixed_precision bf16=True"),

@@ -35,6 +35,12 @@ STACK = Stack(
         Default(field="offload_activations", value=False, source=f"{_SC}.activation_offloading=False"),
         Default(field="lora_targets", value=peft_default_targets, when=("lora",),
                 source=f"{PEFT_SOURCE} (LoraConfig target_modules=None)"),
+        Default(field="adapter_dtype", value="bf16", when=("qlora",), engines=("torch", "fsdp2"),
+                source="trl 1.16.0 trainer/sft_trainer.py: if _is_quantized_model: param.data = "
+                       "param.data.to(torch.bfloat16) for every trainable parameter (since 0.26)"),
+        Default(field="kbit_prep", value="none", when=("qlora",),
+                source="trl 1.16.0 trainer/sft_trainer.py: no prepare_model_for_kbit_training (called for "
+                       "non-sharded k-bit models through 0.21, with peft_module_casting_to_bf16 under bf16)"),
         Default(field="adapter_dtype", value="fp32", when=("lora",),
                 source="peft 0.21.2 get_peft_model autocast_adapter_dtype=True; trainer/sft_trainer.py "
                        "autocast_adapter_dtype=False with ZeRO-3 only"),

@@ -54,6 +54,10 @@ def lora_base(spec: ModelSpec, s: TrainingSetup, rp: RankParams, notes: list[str
         notes.append(INT8_NOTE)
     else:
         base = frozen * (4 if s.precision == "fp32" else 2)
+    if s.kbit_prep not in (None, "none"):  # --kbit-prep: frozen 16-bit weights cast to fp32 (memory/kbit_prep.py)
+        from trainmem.memory.kbit_prep import KBIT_PREP_NOTES, kbit_prep_fp32_extra_bytes, kbit_prep_upcast_params
+        base += kbit_prep_fp32_extra_bytes(kbit_prep_upcast_params(spec, s, rp))
+        notes.append(KBIT_PREP_NOTES[s.kbit_prep])
     if s.adapter_dtype == "bf16":
         notes.append("LoRA: adapters bf16 (the base's dtype: torchtune, PEFT autocast_adapter_dtype=False; "
                      "no fp32 copy), gradients and optimizer states in it; base frozen")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from importlib import import_module
 
 AREAS = ("hardware", "perf", "plan", "export", "doctor", "web", "frameworks", "integrations", "model", "readers", "device_map",
-         "vision", "unsloth", "readers_vlm", "readers_ms_swift", "run_reserve")
+         "vision", "unsloth", "readers_vlm", "readers_ms_swift", "run_reserve", "kbit")
 
 
 def merged() -> tuple[dict[str, str], list[tuple[str, str]]]:

@@ -1,0 +1,111 @@
+"""``--kbit-prep`` (trainmem/memory/kbit_prep.py): the frozen 16-bit weights cast to fp32, hand-computed for
+Qwen2.5-0.5B and checked against PEFT's own ``prepare_model_for_kbit_training`` run on a tiny Qwen2 whose decoder
+linears carry a parameter class named ``Params4bit`` (as bitsandbytes' 4-bit weights are, which PEFT skips by that
+name); the stacks' defaults read from TRL's, axolotl's, LLaMA-Factory's and ms-swift's sources."""
+
+from __future__ import annotations
+
+import pytest
+
+import trainmem
+from trainmem.api import build
+from trainmem.memory.kbit_prep import kbit_prep_fp32_extra_bytes, kbit_prep_upcast_params, rank_norm_params
+from trainmem.memory.states import rank_params
+
+QWEN05 = {"lora_rank": 8, "qlora": True, "recompute": "full", "precision": "bf16", "seq_len": 512}
+
+
+def _peak(**fields: object) -> int:
+    return trainmem.estimate("qwen2.5-0.5b", **fields).peak_allocated_bytes
+
+
+def test_qwen2_5_0_5b_by_hand() -> None:
+    # Qwen2.5-0.5B: hidden 896, 24 layers, vocab 151,936, tied head; q/k/v biases 896 + 128 + 128.
+    emb = 151_936 * 896                      # 136,134,656 (the head is the same tensor)
+    norms = 24 * 2 * 896 + 896               # 43,904
+    biases = 24 * (896 + 128 + 128)          # 27,648
+    spec, s = build("qwen2.5-0.5b", **QWEN05, kbit_prep="peft")
+    rp = rank_params(spec, s)
+    assert kbit_prep_upcast_params(spec, s, rp) == emb + norms + biases == 136_206_208
+    assert rank_norm_params(spec, s, rp) == norms
+    # the peak moves by the fp32 copies' 2 B each, up to the parameter block's 512-B rounding (the caching allocator)
+    assert abs(_peak(**QWEN05, kbit_prep="peft") - _peak(**QWEN05) - 2 * 136_206_208) < 512
+    assert abs(_peak(**QWEN05, kbit_prep="norms-fp32") - _peak(**QWEN05) - 2 * 43_904) < 512
+    assert _peak(**QWEN05, kbit_prep="none") == _peak(**QWEN05)
+    assert kbit_prep_fp32_extra_bytes(1000) == 2000
+
+
+def test_unquantized_lora_base_all_fp32() -> None:
+    # without --qlora PEFT's cast takes every frozen 16-bit parameter: the whole base, 2 B more each
+    spec, s = build("qwen2.5-0.5b", lora_rank=8, precision="bf16", kbit_prep="peft")
+    rp = rank_params(spec, s)
+    assert kbit_prep_upcast_params(spec, s, rp) == rp.total - rp.trainable == spec.params.total
+
+
+def test_prepare_model_for_kbit_training_itself() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from trainmem.model.hf import spec_from_hf_config
+
+    cfg = transformers.Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=256, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+
+    class Params4bit(torch.nn.Parameter):  # PEFT skips a parameter by this class name (peft/utils/other.py)
+        pass
+
+    for layer in model.model.layers:
+        for m in layer.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight = Params4bit(m.weight.data, requires_grad=False)
+    model.is_loaded_in_4bit = True
+    peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    fp32 = sum(p.numel() for p in model.parameters() if p.dtype == torch.float32)
+    norm = sum(p.numel() for n, p in model.named_parameters() if "norm" in n and p.ndim == 1)  # upcast_layernorm
+
+    spec = spec_from_hf_config(cfg.to_dict(), name="tiny-qwen2")
+    _, s = build("llama-3.1-8b", lora_rank=4, qlora=True, precision="bf16", kbit_prep="peft")
+    s = s.model_copy(update={"lora_targets": ("q_proj", "v_proj")})
+    rp = rank_params(spec, s)
+    assert fp32 == kbit_prep_upcast_params(spec, s, rp) == 64 * 256 * 2 + 5 * 64 + 2 * (64 + 32 + 32)
+    assert norm == rank_norm_params(spec, s, rp) == 5 * 64
+
+
+def test_stack_defaults_from_the_frameworks() -> None:
+    _, ts = build("llama-3.1-8b", stack="trl", lora_rank=8, qlora=True)
+    assert (ts.kbit_prep, ts.adapter_dtype) == ("none", "bf16")  # trl 1.16.0: adapters cast to bf16, no prep
+    _, ts = build("llama-3.1-8b", stack="trl", lora_rank=8)
+    assert ts.adapter_dtype == "fp32"  # (an unquantized base: PEFT's upcast stays)
+    for stack in ("axolotl", "llama-factory", "ms-swift"):
+        _, ts = build("llama-3.1-8b", stack=stack, lora_rank=8, qlora=True)
+        assert ts.kbit_prep == "none", stack
+    _, ts = build("llama-3.1-8b", stack="axolotl", lora_rank=8, qlora=True, kbit_prep="peft")
+    assert ts.kbit_prep == "peft"  # the flag wins
+
+
+def test_trl_installed_casts_quantized_adapters_to_bf16() -> None:
+    trl = pytest.importorskip("trl")
+    from pathlib import Path
+    text = (Path(trl.__file__).parent / "trainer" / "sft_trainer.py").read_text()
+    assert "prepare_model_for_kbit_training(" not in text and "peft_module_casting_to_bf16(" not in text
+    assert "if _is_quantized_model:" in text and "param.data = param.data.to(torch.bfloat16)" in text
+
+
+@pytest.mark.parametrize(("fields", "needle"), [
+    ({"kbit_prep": "peft"}, "needs LoRA"),
+    ({"lora_rank": 8, "qlora": True, "engine": "fsdp2", "gpus": 2, "kbit_prep": "peft"}, "--engine torch"),
+    ({"lora_rank": 8, "precision": "fp32", "kbit_prep": "norms-fp32"}, "there are none"),
+])
+def test_refused(fields: dict, needle: str) -> None:
+    from trainmem.errors import TrainmemError
+    with pytest.raises(TrainmemError, match=needle):
+        build("qwen2.5-0.5b", **fields)
+
+
+def test_cli_bad_value_is_one_line(capsys) -> None:
+    from trainmem.cli import main
+    rc = main(["estimate", "qwen2.5-0.5b", "--lora-rank", "8", "--kbit-prep", "fp32"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "kbit-prep" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,26 @@
+"""Chinese for the messages of ``--kbit-prep`` (trainmem/memory/kbit_prep.py, its checks in trainmem/setup.py; format:
+see :mod:`trainmem.report.messages_zh`)."""
+
+from __future__ import annotations
+
+EXACT: dict[str, str] = {
+    "kbit prep peft (prepare_model_for_kbit_training): the frozen weights that are not quantized "
+    "(embeddings, norms, LM head) held in fp32; the fp32 activations they lead to (residual stream, norm "
+    "outputs, logits) are not modelled":
+        "kbit prep peft（prepare_model_for_kbit_training）：未量化的冻结权重（embedding、norm、LM head）以 fp32 "
+        "保存；由此产生的 fp32 激活（残差流、norm 输出、logits）未建模",
+    "kbit prep norms-fp32: the norm weights held in fp32 (TRL <= 0.21 peft_module_casting_to_bf16, "
+    "LLaMA-Factory upcast_layernorm); their fp32 outputs are not modelled":
+        "kbit prep norms-fp32：norm 权重以 fp32 保存（TRL <= 0.21 peft_module_casting_to_bf16，"
+        "LLaMA-Factory upcast_layernorm）；其 fp32 输出未建模",
+}
+
+PATTERNS: list[tuple[str, str]] = [
+    ("--kbit-prep {k:w} needs LoRA (--lora-rank > 0)", "--kbit-prep {k} 需要 LoRA（--lora-rank > 0）"),
+    ("--kbit-prep {k:w} is modelled with --engine torch (TRL and axolotl skip prepare_model_for_kbit_training for "
+     "sharded QLoRA: FSDP, ZeRO-3)",
+     "--kbit-prep {k} 只在 --engine torch 下建模（分片 QLoRA：FSDP、ZeRO-3 时 TRL 和 axolotl 不调用 "
+     "prepare_model_for_kbit_training）"),
+    ("--kbit-prep {k:w} casts 16-bit weights to fp32: with --precision fp32 there are none",
+     "--kbit-prep {k} 把 16 位权重转为 fp32：--precision fp32 时没有 16 位权重"),
+]
