@@ -393,11 +393,16 @@ def plan(model: ModelRef, *, cluster: str | None = None, global_batch: int = 0, 
          optimizer: str | None = None, attn: str | None = None, lora_rank: int | None = None,
          lora_targets: str | list[str] | tuple[str, ...] | None = None, qlora: bool | None = None,
          attn_kernel: str | None = None, grad_reduce_16bit: bool = False, fp8_params: bool = False,
-         async_tp: bool = False, stack: str | None = None, offload_activations: bool = False) -> Plan:
+         async_tp: bool = False, stack: str | None = None, offload_activations: bool = False,
+         host_memory: str | int | None = None) -> Plan:
     """The fastest configurations that fit a GPU pool, or how many GPUs the model needs: ``trainmem plan --json``
     (without ``--export`` / ``--report``, which write files). Keywords are ``trainmem plan``'s flags; ``fix`` may
     be ``"engine=megatron,tp=4"`` or ``{"engine": "megatron", "tp": 4}``. For a live model, LoRA, the 4-bit
-    base and the attention are read from the object unless given."""
+    base and the attention are read from the object unless given. ``host_memory`` (``"512GiB"`` or bytes) is the
+    node's host RAM offload plans are checked against (``--host-memory``; default: the cluster spec's, else the
+    catalog's per GPU type)."""
+    from dataclasses import replace
+
     from trainmem.plan.search import plan as search
 
     sizing = plan_checks(global_batch, cluster, gpu, min_gpus, tokens, days)
@@ -428,8 +433,23 @@ def plan(model: ModelRef, *, cluster: str | None = None, global_batch: int = 0, 
         extra, engines = plan_stack(stack, extra, seq_len, parse_cluster(cluster or f"1x{gpu}").total_gpus)
     req = plan_request(ref, cluster or f"1x{gpu}", global_batch, seq_len, precision, margin, top, fix, extra,
                        engines)
+    if host_memory is not None:
+        req = replace(req, host_memory_bytes=_host_memory_bytes(host_memory))
     result = search(req) if cluster else None
     return Plan(plan_json(result, plan_sizing(req, gpu, min_gpus, tokens, days) if sizing else {}))
+
+
+def _host_memory_bytes(value: str | int) -> int:
+    """``plan(host_memory=...)``: a size text (``512GiB``) or whole bytes, > 0; else the CLI's one line."""
+    from trainmem.units import parse_size_bytes
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise ConfigError(f"--host-memory must be > 0, got {value!r}")
+        return value
+    try:
+        return parse_size_bytes(str(value))
+    except ValueError as err:
+        raise ConfigError(f"--host-memory: {err}") from None
 
 
 def doctor(model: ModelRef | None = None, *, error: str | os.PathLike[str] | None = None,

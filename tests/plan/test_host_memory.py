@@ -137,3 +137,13 @@ def test_sizing_answers_name_the_node_they_were_checked_against(capsys) -> None:
     d = json.loads(out)["min_gpus"]
     assert rc == 0 and d["gpus"] > 1 and d["host_memory_bytes"] <= 119 * GIB
     assert (d["node_host_memory_bytes"], d["node_host_memory_from"]) == (119 * GIB, "--host-memory")
+
+
+def test_the_python_api_takes_host_memory() -> None:
+    import trainmem
+    p = trainmem.plan("llama-3.1-8b", cluster="1xRTX-4090", global_batch=32, host_memory="120GiB")
+    assert any(a.startswith("RTX-4090-24G: 120 GiB host RAM per node (--host-memory)") for a in p.assumptions)
+    with pytest.raises(ConfigError, match="the node has 119.0 GiB"):
+        trainmem.plan("llama-3.1-8b", cluster="1xRTX-4090", global_batch=32, host_memory=119 * GIB)
+    with pytest.raises(ConfigError, match=r"^--host-memory must be > 0, got 0$"):
+        trainmem.plan("llama-3.1-8b", cluster="1xRTX-4090", global_batch=32, host_memory=0)
