@@ -28,11 +28,21 @@ def test_qwen2_5_0_5b_by_hand() -> None:
     rp = rank_params(spec, s)
     assert kbit_prep_upcast_params(spec, s, rp) == emb + norms + biases == 136_206_208
     assert rank_norm_params(spec, s, rp) == norms
-    # the peak moves by the fp32 copies' 2 B each, up to the parameter block's 512-B rounding (the caching allocator)
-    assert abs(_peak(**QWEN05, kbit_prep="peft") - _peak(**QWEN05) - 2 * 136_206_208) < 512
+    # the peak (the backward's start, every layer's checkpointed input alive) moves by the fp32 copies' 2 B each and
+    # the fp32 residual stream's checkpoints, 2 B more per element: 512 tokens x 896 x 24 layers; up to the
+    # parameter block's 512-B rounding (the caching allocator)
+    ckpt = 2 * 512 * 896 * 24                # 22,020,096
+    assert abs(_peak(**QWEN05, kbit_prep="peft") - _peak(**QWEN05) - (2 * 136_206_208 + ckpt)) < 512
     assert abs(_peak(**QWEN05, kbit_prep="norms-fp32") - _peak(**QWEN05) - 2 * 43_904) < 512
     assert _peak(**QWEN05, kbit_prep="none") == _peak(**QWEN05)
     assert kbit_prep_fp32_extra_bytes(1000) == 2000
+
+
+def test_checkpointed_inputs_fp32_under_peft_only() -> None:
+    from trainmem.memory.layers.model_wide import checkpoint_input_elem_bytes
+    for prep, elem in (("none", 2), ("norms-fp32", 2), ("peft", 4)):
+        spec, s = build("qwen2.5-0.5b", **QWEN05, kbit_prep=prep)
+        assert checkpoint_input_elem_bytes(spec, s) == elem, prep
 
 
 def test_unquantized_lora_base_all_fp32() -> None:

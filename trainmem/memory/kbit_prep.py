@@ -21,11 +21,15 @@ Read from the frameworks' sources:
 - ms-swift 1.x (swift/llm/sft.py, swift/llm/tuner.py @ 4312aeb2) and v4.5.2: does not call it (only
   ``fix_fp16_trainable_bug``: trainable fp16 parameters to fp32).
 
-Only the weights' fp32 copies are counted here. What the fp32 weights do to the activations is not modelled:
-an fp32 embedding makes the residual stream fp32 (the adds promote), an fp32 norm weight makes its output fp32
-(HF's RMSNorm returns ``weight * hidden.to(input_dtype)``), bitsandbytes' ``Linear4bit`` casts that input to its
-compute dtype and its output back to the input's dtype (``out.to(inp_dtype)``, bitsandbytes/nn/modules.py), and an
-fp32 LM head gives fp32 logits outside autocast. :data:`KBIT_PREP_NOTES` says so in the assumptions.
+The weights' fp32 copies are counted here; of what they do to the activations, only the checkpointed layer inputs
+(``--recompute full``) under ``peft``: an fp32 embedding makes the residual stream fp32 (the adds promote) and
+bitsandbytes' ``Linear4bit`` casts its input to its compute dtype and its output back to the input's dtype
+(``.to(inp_dtype)``, bitsandbytes/nn/modules.py 0.42.0 through 0.50), so every layer reads an fp32 hidden state
+(memory/layers/model_wide.py ``checkpoint_input_elem_bytes``). Not modelled: the fp32 tensors inside the layers
+(an fp32 norm weight makes its output fp32: HF's RMSNorm returns ``weight * hidden.to(input_dtype)``; q/k/v and
+the MLP's outputs follow their fp32 inputs), the fp32 logits of an fp32 LM head outside autocast, and under
+``norms-fp32`` the stream that turns fp32 after layer 0's first norm-fed linear. :data:`KBIT_PREP_NOTES` says so in
+the assumptions.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ __all__ = ["kbit_prep_fp32_extra_bytes", "kbit_prep_upcast_params", "rank_norm_p
 #: The assumption line of each cast that changes something.
 KBIT_PREP_NOTES = {
     "peft": "kbit prep peft (prepare_model_for_kbit_training): the frozen weights that are not quantized "
-            "(embeddings, norms, LM head) held in fp32; the fp32 activations they lead to (residual stream, norm "
-            "outputs, logits) are not modelled",
+            "(embeddings, norms, LM head) held in fp32, and the fp32 residual stream's checkpointed layer inputs "
+            "(--recompute full); the other fp32 activations it leads to (inside the layers, norm outputs, logits) "
+            "are not modelled",
     "norms-fp32": "kbit prep norms-fp32: the norm weights held in fp32 (TRL <= 0.21 peft_module_casting_to_bf16, "
                   "LLaMA-Factory upcast_layernorm); their fp32 outputs are not modelled",
 }
