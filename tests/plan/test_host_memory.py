@@ -97,6 +97,10 @@ def test_just_below_fits_and_the_assumptions_say_where_the_host_ram_came_from(ca
     rc, out, _ = run(ARGV + ["--cluster", "1xRTX-4090", "--json"], capsys)  # the catalog's 128 GiB holds it
     d = json.loads(out)
     assert rc == 0 and d["plans"][0]["offload"] == "optimizer+params"
+    p = d["plans"][0]  # each plan says what it puts on a node's host
+    assert p["host_memory_bytes"] == p["per_gpu_type"]["RTX-4090-24G"]["host_memory_bytes"] == NEED
+    rc, out, _ = run(ARGV + ["--cluster", "1xRTX-4090"], capsys)
+    assert "host RAM per node 119.7 GiB" in " ".join(out.split())
     assert any(a.startswith("RTX-4090-24G: 128 GiB host RAM per node (catalog default for RTX-4090-24G, assumed)")
                for a in d["assumptions"])
 

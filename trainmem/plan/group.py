@@ -519,7 +519,8 @@ def single_group_plans(gs: GroupSearch, gpus: int, global_batch: int, top: int, 
     req = gs.req
     out = []
     for t, k, s, est in gs.best(gpus, global_batch, req.fixed, top, floor=floor):
-        share = GroupShare(gpu=gs.group.gpu.name, gpus=k.gpus, knobs=k, setup=s, memory=est, time=t)
+        share = GroupShare(gpu=gs.group.gpu.name, gpus=k.gpus, knobs=k, setup=s, memory=est, time=t,
+                           host_memory_bytes=gs.host_bytes_per_node(est, k.gpus))
         out.append(Plan(shares=(share,), step_seconds=t.step_seconds, tokens_per_step=t.tokens_per_step,
                         mfu=t.mfu, time_breakdown=dict(t.breakdown), runs_on=k.engine, notes=t.notes))
     return out

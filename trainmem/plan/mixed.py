@@ -133,7 +133,8 @@ def _combine(req: PlanRequest, searches: Sequence[GroupSearch], k: Knobs, mbs: l
         if est is None:
             return None
         t = gs.time(s)
-        shares.append(GroupShare(gpu=gs.group.gpu.name, gpus=gs.group.count, knobs=kk, setup=s, memory=est, time=t))
+        shares.append(GroupShare(gpu=gs.group.gpu.name, gpus=gs.group.count, knobs=kk, setup=s, memory=est, time=t,
+                                 host_memory_bytes=gs.host_bytes_per_node(est, kk.gpus)))
         times.append((gs, s, t))
     if len(shares) < 2:
         return None

@@ -26,10 +26,13 @@ class GroupShare:
     setup: TrainingSetup
     memory: MemoryEstimate
     time: StepTime
+    host_memory_bytes: int = 0
+    """Host RAM one node of this type needs: each rank's offloaded states × the ranks on a node (0 without
+    offload; ``GroupSearch.host_bytes_per_node``), what the node's host RAM was checked against."""
 
     def to_dict(self) -> dict:
         return {"gpus": self.gpus, "dp": self.knobs.dp, "micro_batch": self.knobs.micro_batch,
-                "grad_accum": self.knobs.grad_accum,
+                "grad_accum": self.knobs.grad_accum, "host_memory_bytes": self.host_memory_bytes,
                 "peak_allocated_bytes": self.memory.peak_allocated_bytes,
                 "peak_reserved_bytes": self.memory.peak_reserved_bytes,
                 "device_total_bytes": self.memory.device_total_bytes,
@@ -105,6 +108,7 @@ class Plan:
             "per_gpu_type": self._per_gpu_type(),
             "peak_allocated_bytes": m.peak_allocated_bytes, "peak_reserved_bytes": m.peak_reserved_bytes,
             "device_total_bytes": m.device_total_bytes, "gpu_memory_bytes": m.gpu_memory_bytes,
+            "host_memory_bytes": max(s.host_memory_bytes for s in self.shares),
             "step_seconds": self.step_seconds, "tokens_per_step": self.tokens_per_step,
             "tokens_per_second": self.tokens_per_second,
             "tokens_per_second_per_gpu": self.tokens_per_second / self.gpus,

@@ -24,6 +24,7 @@ _H = {
     "deadline": ("Fewest {gpu} for {tokens:.3g} tokens in {days:g} days: {n} ({tps:,.0f} tokens/s)",
                  "{days:g} 天内训练 {tokens:.3g} tokens 所需最少 {gpu}：{n}（{tps:,.0f} tokens/s）"),
     "sized": ("  plan: {plan}; host RAM per node {host:.1f} GiB", "  方案：{plan}；每节点主机内存 {host:.1f} GiB"),
+    "host_need": ("host RAM per node {host:.1f} GiB", "每节点主机内存 {host:.1f} GiB"),
     "node_host": ("  the node has {cap:,.0f} GiB host RAM ({src})", "  节点主机内存 {cap:,.0f} GiB（{src}）"),
     "export": ("Exported for {engine}:", "已导出 {engine} 配置："),
     "compare": ("What each technique saves and costs — {model}", "各项技术的显存节省与代价 — {model}"),
@@ -69,8 +70,10 @@ def print_plans(req, result, extra: dict, lang: str = "en", console: Console | N
         con.print(tab)
         colon, semi = _punct(lang)
         for i, p in enumerate(result.plans, 1):
+            host = max(s.host_memory_bytes for s in p.shares)
             con.print(f"  {i}. {_h('where', lang)}{colon}{_where(p.time_breakdown, lang)}{semi}"
-                      f"{_h('runs', lang)}{colon}{escape(tr(p.runs_on, lang))}")
+                      f"{_h('runs', lang)}{colon}{escape(tr(p.runs_on, lang))}"
+                      + (f"{semi}{_h('host_need', lang, host=host / GiB)}" if host else ""))
         con.print(f"[bold]{_h('why', lang)}{colon.strip()}[/bold] {escape(tr(result.why, lang))}")
         con.print(_h("searched", lang, n=result.evaluated, m=result.estimated, s=result.search_seconds))
         con.print(f"[bold]{_h('assumptions', lang)}[/bold]")
