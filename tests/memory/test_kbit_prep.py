@@ -119,3 +119,63 @@ def test_cli_bad_value_is_one_line(capsys) -> None:
     rc = main(["estimate", "qwen2.5-0.5b", "--lora-rank", "8", "--kbit-prep", "fp32"])
     err = capsys.readouterr().err
     assert rc == 2 and "kbit-prep" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def _tiny_qwen2_4bit(torch, transformers):  # noqa: ANN001, ANN202
+    """A tiny Qwen2 in bf16 whose decoder linears behave as bitsandbytes' Linear4bit.forward (0.45.0,
+    bitsandbytes/nn/modules.py): input cast to the compute dtype, output back to the input's dtype, a bias cast to
+    the input's dtype; the weight a parameter class named Params4bit (what PEFT skips)."""
+    cfg = transformers.Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=256, tie_word_embeddings=False,
+                                   attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+
+    class Params4bit(torch.nn.Parameter):
+        pass
+
+    class Linear4bit(torch.nn.Linear):
+        def forward(self, x):  # noqa: ANN001, ANN202
+            if self.bias is not None and self.bias.dtype != x.dtype:
+                self.bias.data = self.bias.data.to(x.dtype)
+            inp_dtype = x.dtype
+            x = x.to(torch.bfloat16)
+            bias = None if self.bias is None else self.bias.to(torch.bfloat16)
+            return torch.nn.functional.linear(x, self.weight, bias).to(inp_dtype)
+
+    for layer in model.model.layers:
+        for m in layer.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.__class__ = Linear4bit
+                m.weight = Params4bit(m.weight.data, requires_grad=False)
+    model.is_loaded_in_4bit = True
+    return model
+
+
+def _layer_input_dtypes(torch, model) -> list:  # noqa: ANN001
+    seen: list = []
+    for layer in model.model.layers:
+        layer.register_forward_pre_hook(lambda _m, a, k: seen.append((a[0] if a else k["hidden_states"]).dtype),
+                                        with_kwargs=True)
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # HF Trainer bf16=True (accelerate's autocast)
+        model(input_ids=torch.randint(0, 256, (1, 16)), labels=torch.randint(0, 256, (1, 16)))
+    return seen
+
+
+def test_peft_prep_makes_every_layer_read_fp32() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    model = _tiny_qwen2_4bit(torch, transformers)
+    assert _layer_input_dtypes(torch, model) == [torch.bfloat16] * 3  # none: a bf16 stream
+    model = _tiny_qwen2_4bit(torch, transformers)
+    peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    assert _layer_input_dtypes(torch, model) == [torch.float32] * 3  # peft: checkpoint_input_elem_bytes 4
+    model = _tiny_qwen2_4bit(torch, transformers)
+    for name, p in model.named_parameters():  # LLaMA-Factory upcast_layernorm (model_utils/checkpointing.py)
+        if p.ndim == 1 and "norm" in name:
+            p.data = p.data.to(torch.float32)
+    # norms-fp32: layer 0 reads the bf16 embedding, its fp32 norm output makes the stream fp32 after it (the
+    # later layers' fp32 inputs are among what kbit_prep.py lists as not modelled)
+    assert _layer_input_dtypes(torch, model) == [torch.bfloat16, torch.float32, torch.float32]
