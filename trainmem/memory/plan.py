@@ -216,9 +216,9 @@ def _saved_under_recompute(spec: ModelSpec, s: TrainingSetup, kinds: list[LayerS
     if s.recompute == "full":
         # (block method: the first recompute_layers of the stage keep their checkpointed input only)
         n_enc = getattr(spec.derived, "encoder_layers", None)  # (encoder–decoder: decoder layers on --target-len)
-        ckpt = [checkpoint_input_elem_bytes(spec, s) * (t.micro_batch * t.seq_len // s.cp) * spec.hidden_size
-                // (s.tp if s.sp else 1) for t in (s, s.for_target())]
-        return [ckpt[n_enc is not None and i >= n_enc] if s.recomputes(j) == "full" else n
+        tokens = [t.micro_batch * t.seq_len // s.cp for t in (s, s.for_target())]
+        return [checkpoint_input_elem_bytes(spec, s, i) * tokens[n_enc is not None and i >= n_enc] * spec.hidden_size
+                // (s.tp if s.sp else 1) if s.recomputes(j) == "full" else n
                 for j, (i, n) in enumerate(zip(layer_ids, saved))]
     return saved
 

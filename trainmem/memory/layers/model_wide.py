@@ -60,17 +60,19 @@ def recomputed_checkpoint_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> 
     return held
 
 
-def checkpoint_input_elem_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+def checkpoint_input_elem_bytes(spec: ModelSpec, setup: TrainingSetup, layer: int = 0) -> int:
     """Bytes per element of a checkpointed layer's input: the residual stream's, except post-LN OPT under
     LoRA with autocast, whose layers hand on ``final_layer_norm``'s output: fp32 (layer_norm is an fp32-list
     op under CUDA autocast) although the 16-bit base makes the stream 16-bit elsewhere (traced). ``--kbit-prep
     peft``: fp32 as well — PEFT's ``prepare_model_for_kbit_training`` leaves the embedding fp32 (its output is fp32,
     the residual adds promote) and bitsandbytes' ``Linear4bit`` returns its output in its input's dtype
     (``bnb.matmul_4bit(x.to(compute_dtype), ...).to(inp_dtype)``, bitsandbytes/nn/modules.py 0.42.0, 0.45.0, 0.50),
-    so every decoder layer reads an fp32 hidden state (trainmem/memory/kbit_prep.py)."""
+    so every decoder layer reads an fp32 hidden state (trainmem/memory/kbit_prep.py). ``norms-fp32``: every decoder
+    ``layer`` after the first — layer 0 reads the bf16 embedding, its fp32 norm output makes the norm-fed linears'
+    outputs fp32 and the residual add promotes (a tiny Qwen2's forward: tests/memory/test_kbit_prep.py)."""
     if opt_post_ln(spec) and setup.is_lora and is_amp(setup):
         return 4
-    if setup.is_lora and setup.kbit_prep == "peft":
+    if setup.is_lora and (setup.kbit_prep == "peft" or (setup.kbit_prep == "norms-fp32" and layer > 0)):
         return 4
     return residual_bytes(setup)
 

@@ -12,9 +12,11 @@ EXACT: dict[str, str] = {
         "保存，并计入 fp32 残差流中被 checkpoint 的各层输入（--recompute full）；由此产生的其他 fp32 激活（层内、"
         "norm 输出、logits）未建模",
     "kbit prep norms-fp32: the norm weights held in fp32 (TRL <= 0.21 peft_module_casting_to_bf16, "
-    "LLaMA-Factory upcast_layernorm); their fp32 outputs are not modelled":
+    "LLaMA-Factory upcast_layernorm), and the checkpointed inputs of the layers after the first in "
+    "fp32 (--recompute full); the other fp32 activations they lead to are not modelled":
         "kbit prep norms-fp32：norm 权重以 fp32 保存（TRL <= 0.21 peft_module_casting_to_bf16，"
-        "LLaMA-Factory upcast_layernorm）；其 fp32 输出未建模",
+        "LLaMA-Factory upcast_layernorm），第一层之后各层被 checkpoint 的输入为 fp32（--recompute full）；"
+        "由此产生的其他 fp32 激活未建模",
 }
 
 PATTERNS: list[tuple[str, str]] = [
