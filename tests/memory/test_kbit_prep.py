@@ -180,3 +180,14 @@ def test_peft_prep_makes_every_layer_read_fp32() -> None:
     # norms-fp32: layer 0 reads the bf16 embedding, its fp32 norm output makes the stream fp32 after it (the
     # later layers' fp32 inputs are among what kbit_prep.py lists as not modelled)
     assert _layer_input_dtypes(torch, model) == [torch.bfloat16, torch.float32, torch.float32]
+
+
+def test_llama_factory_upcast_layernorm_is_read(tmp_path) -> None:
+    from trainmem.frameworks.readers import read_config
+    path = tmp_path / "qlora.yaml"
+    path.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: lora\nquantization_bit: 4\n"
+                    "upcast_layernorm: true\nbf16: true\ncutoff_len: 512\n")
+    f = read_config(str(path))
+    assert f.fields["kbit_prep"] == "norms-fp32" and ("kbit_prep norms-fp32", "upcast_layernorm") in f.read
+    path.write_text(path.read_text().replace("upcast_layernorm: true\n", ""))
+    assert "kbit_prep" not in read_config(str(path)).fields  # the stack's none (upcast_layernorm=False)

@@ -96,6 +96,8 @@ def _lora(r: Reading) -> None:
         if bits != 4:
             raise r.refuse(f"quantization_bit {bits}: trainmem models 4-bit (QLoRA) bases only")
         r.set("qlora", True, "quantization_bit 4")
+    if r.bool_("upcast_layernorm"):  # model_utils/checkpointing.py prepare_model_for_training: 1-D norms to fp32
+        r.set("kbit_prep", "norms-fp32", "upcast_layernorm")
     r.use("use_dora", "use_rslora", "pissa_init", "loraplus_lr_ratio")
     if r.bool_("use_dora"):
         raise r.refuse("use_dora (DoRA's magnitude vectors and weight norms) is not modelled")
