@@ -13,6 +13,9 @@ What is read from the object (``read_live_model``), each default it sets stated 
   8-bit bases are refused (not modelled);
 - the precision, from the parameters' dtype (when ``precision`` is not given): a bfloat16 / float16 model trains
   in that dtype (``bf16`` / ``fp16``), an fp32 model keeps the default (AMP); a LoRA base in fp32 is ``fp32``;
+- a quantized LoRA base's fp32 weights (``kbit_prep``, trainmem/memory/kbit_prep.py): every floating frozen weight
+  fp32 (PEFT's ``prepare_model_for_kbit_training`` ran) → ``peft``, the precision then from
+  ``bnb_4bit_compute_dtype``; only the norms fp32 → ``norms-fp32``;
 - ``recompute full`` when gradient checkpointing is on; ``attn`` from ``config._attn_implementation``.
 
 Parameters frozen outside a PEFT adapter are stated, and estimated as full fine-tuning (an upper bound).
@@ -150,6 +153,35 @@ def _precision(tally: ParamTally, lora: bool) -> tuple[dict[str, Any], list[str]
                               "autocast with 16-bit weights, e.g. HF Trainer bf16=True)"]
 
 
+def _kbit_prep(model: Any, base: Any) -> tuple[dict[str, Any], list[str]]:
+    """``kbit_prep`` of a quantized LoRA model, from its frozen floating parameters' dtypes (the adapters and the
+    quantized weights left out): all fp32 → ``peft`` (PEFT's ``prepare_model_for_kbit_training``: every fp16/bf16
+    parameter not a ``Params4bit`` to fp32, peft/utils/other.py), the precision from ``bnb_4bit_compute_dtype``;
+    only norms fp32 → ``norms-fp32``."""
+    wide = {"norm": 0, "other": 0, "16": 0}
+    for name, p in model.named_parameters():
+        if "lora_" in name or type(p).__name__ in ("Params4bit", "Int8Params") or not p.is_floating_point():
+            continue
+        key = "16" if str(p.dtype) != "torch.float32" else ("norm" if "norm" in name.lower() else "other")
+        wide[key] += p.numel()
+    if wide["other"] and not wide["16"]:
+        qc = getattr(getattr(base, "config", None), "quantization_config", None)
+        q = qc if isinstance(qc, dict) else (qc.to_dict() if callable(getattr(qc, "to_dict", None)) else {})
+        compute = str(q.get("bnb_4bit_compute_dtype") or "bfloat16").replace("torch.", "")
+        fields: dict[str, Any] = {"kbit_prep": "peft"}
+        if compute == "bfloat16":
+            fields["precision"] = "bf16"
+        lines = ["kbit_prep peft: the quantized base's other weights are all fp32 (PEFT's "
+                 "prepare_model_for_kbit_training)"]
+        if compute == "bfloat16":
+            lines.append("precision bf16: the 4-bit linears compute in bnb_4bit_compute_dtype bfloat16 (the fp32 "
+                         "weights are PEFT's upcast)")
+        return fields, lines
+    if wide["norm"] and not wide["other"]:
+        return {"kbit_prep": "norms-fp32"}, ["kbit_prep norms-fp32: only the norm weights are fp32"]
+    return {}, []
+
+
 def read_live_model(model: Any) -> LiveModel:
     """The spec and the setup fields of a live model (see the module docstring); one line on what cannot be."""
     from trainmem.model.hf import spec_from_hf_config
@@ -169,9 +201,12 @@ def read_live_model(model: Any) -> LiveModel:
     more, lines = _quantization(base, tally)
     fields.update(more)
     notes += lines
-    more, lines = _precision(tally, lora)
+    kbit, kbit_lines = _kbit_prep(model, base) if lora and more else ({}, [])
+    more, lines = _precision(tally, lora) if "precision" not in kbit else ({}, [])
     fields.update(more)
     notes += lines
+    fields.update(kbit)
+    notes += kbit_lines
     checkpointing = getattr(base, "is_activation_checkpointing", None)
     if checkpointing is None:
         checkpointing = getattr(base, "is_gradient_checkpointing", False)

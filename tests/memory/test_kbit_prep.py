@@ -191,3 +191,22 @@ def test_llama_factory_upcast_layernorm_is_read(tmp_path) -> None:
     assert f.fields["kbit_prep"] == "norms-fp32" and ("kbit_prep norms-fp32", "upcast_layernorm") in f.read
     path.write_text(path.read_text().replace("upcast_layernorm: true\n", ""))
     assert "kbit_prep" not in read_config(str(path)).fields  # the stack's none (upcast_layernorm=False)
+
+
+@pytest.mark.parametrize("prep", ["peft", "norms-fp32", "none"])
+def test_live_model_reads_the_upcast(prep: str) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from trainmem.live_model import read_live_model
+    model = _tiny_qwen2_4bit(torch, transformers)
+    if prep == "peft":
+        peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    elif prep == "norms-fp32":
+        for name, p in model.named_parameters():
+            if p.ndim == 1 and "norm" in name:
+                p.data = p.data.to(torch.float32)
+    model = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    live = read_live_model(model)
+    assert live.fields["qlora"] is True and live.fields.get("kbit_prep", "none") == prep
+    assert live.fields["precision"] == "bf16"  # (peft: from the compute dtype, not the fp32 embeddings)

@@ -17,6 +17,12 @@ EXACT: dict[str, str] = {
         "kbit prep norms-fp32：norm 权重以 fp32 保存（TRL <= 0.21 peft_module_casting_to_bf16，"
         "LLaMA-Factory upcast_layernorm），第一层之后各层被 checkpoint 的输入为 fp32（--recompute full）；"
         "由此产生的其他 fp32 激活未建模",
+    "kbit_prep peft: the quantized base's other weights are all fp32 (PEFT's prepare_model_for_kbit_training)":
+        "kbit_prep peft：量化基座的其余权重全为 fp32（PEFT 的 prepare_model_for_kbit_training）",
+    "precision bf16: the 4-bit linears compute in bnb_4bit_compute_dtype bfloat16 (the fp32 weights are PEFT's "
+    "upcast)":
+        "precision bf16：4 位线性层以 bnb_4bit_compute_dtype bfloat16 计算（fp32 权重来自 PEFT 的上转）",
+    "kbit_prep norms-fp32: only the norm weights are fp32": "kbit_prep norms-fp32：只有 norm 权重为 fp32",
 }
 
 PATTERNS: list[tuple[str, str]] = [
