@@ -27,7 +27,9 @@ bitsandbytes' ``Linear4bit`` casts its input to its compute dtype and its output
 (``.to(inp_dtype)``, bitsandbytes/nn/modules.py 0.42.0 through 0.50), so every layer reads an fp32 hidden state
 (memory/layers/model_wide.py ``checkpoint_input_elem_bytes``). Not modelled: the fp32 tensors inside the layers
 (an fp32 norm weight makes its output fp32: HF's RMSNorm returns ``weight * hidden.to(input_dtype)``; q/k/v and
-the MLP's outputs follow their fp32 inputs) and the fp32 logits of an fp32 LM head outside autocast. Under
+the MLP's outputs follow their fp32 inputs), the fp32 logits of an fp32 LM head outside autocast and, under
+autocast (HF Trainer ``bf16=True``), the 16-bit copy of the fp32 head weight that each ``F.linear`` makes (frozen
+weights are not in autocast's cache: aten/src/ATen/autocast_mode.cpp caches leaves that require grad). Under
 ``norms-fp32`` the stream turns fp32 inside layer 0 (its fp32 norm output feeds the linears, the residual add
 promotes): the checkpointed inputs of the layers after it are fp32. :data:`KBIT_PREP_NOTES` says so in the
 assumptions.
@@ -46,7 +48,7 @@ KBIT_PREP_NOTES = {
     "peft": "kbit prep peft (prepare_model_for_kbit_training): the frozen weights that are not quantized "
             "(embeddings, norms, LM head) held in fp32, and the fp32 residual stream's checkpointed layer inputs "
             "(--recompute full); the other fp32 activations it leads to (inside the layers, norm outputs, logits) "
-            "are not modelled",
+            "and autocast's 16-bit copy of the fp32 LM head are not modelled",
     "norms-fp32": "kbit prep norms-fp32: the norm weights held in fp32 (TRL <= 0.21 peft_module_casting_to_bf16, "
                   "LLaMA-Factory upcast_layernorm), and the checkpointed inputs of the layers after the first in "
                   "fp32 (--recompute full); the other fp32 activations they lead to are not modelled",

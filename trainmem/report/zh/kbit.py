@@ -7,10 +7,10 @@ EXACT: dict[str, str] = {
     "kbit prep peft (prepare_model_for_kbit_training): the frozen weights that are not quantized "
     "(embeddings, norms, LM head) held in fp32, and the fp32 residual stream's checkpointed layer inputs "
     "(--recompute full); the other fp32 activations it leads to (inside the layers, norm outputs, logits) "
-    "are not modelled":
+    "and autocast's 16-bit copy of the fp32 LM head are not modelled":
         "kbit prep peft（prepare_model_for_kbit_training）：未量化的冻结权重（embedding、norm、LM head）以 fp32 "
         "保存，并计入 fp32 残差流中被 checkpoint 的各层输入（--recompute full）；由此产生的其他 fp32 激活（层内、"
-        "norm 输出、logits）未建模",
+        "norm 输出、logits）以及 autocast 为 fp32 LM head 做的 16 位副本未建模",
     "kbit prep norms-fp32: the norm weights held in fp32 (TRL <= 0.21 peft_module_casting_to_bf16, "
     "LLaMA-Factory upcast_layernorm), and the checkpointed inputs of the layers after the first in "
     "fp32 (--recompute full); the other fp32 activations they lead to are not modelled":
