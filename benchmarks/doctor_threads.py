@@ -222,6 +222,13 @@ def thread_lines(rows: list[Judged], data: dict) -> list[str]:
     return out
 
 
+def _first_measured(split: str, commit: str) -> str:
+    """The one-row table of a held-out batch as first measured, with the doctor at ``commit`` it was frozen
+    against (``FIRST_MEASURED``)."""
+    return "\n".join([_HEAD[0].format(what=f"split (doctor at {commit})"), _HEAD[1],
+                      _row(_label(split), FIRST_MEASURED[split])])
+
+
 def _batch3_lines(rows: list[Judged], data: dict) -> list[str]:
     """Held-out batch 3 (frozen before the doctor was run on it) and what held-out batch 1's undetermined threads
     carry."""
@@ -236,8 +243,7 @@ def _batch3_lines(rows: list[Judged], data: dict) -> list[str]:
         + (", ".join(moved) or "none") + " as dev since: "
         + ("it changed a rule, `dev_since` in the data says why" if moved else "no rule changed") + "):",
         "",
-        "\n".join([_HEAD[0].format(what="split (doctor at 7101993)"), _HEAD[1],
-                   _row(_label("held_out_3"), FIRST_MEASURED["held_out_3"])]),
+        _first_measured("held_out_3", "7101993"),
         "",
         "The rule batch 3 changed: one OOM request the size of a DeepSpeed ZeRO-1/2 flat model-state buffer (the "
         "16-bit flat copy of the rank's parameters, 2 B each; the rank's fp32 master partition, 4 B per parameter over "
@@ -296,8 +302,7 @@ def markdown(rows: list[Judged], data: dict) -> str:
         + ", then changed a rule and counts as dev "
         "since: `dev_since` in the data says why):",
         "",
-        "\n".join([_HEAD[0].format(what="split (doctor at 284953996b)"), _HEAD[1],
-                   _row(_label("held_out_2"), FIRST_MEASURED["held_out_2"])]),
+        _first_measured("held_out_2", "284953996b"),
         "",
         *_batch3_lines(rows, data),
         "A GPU the thread does not state (no `--gpu`, no total capacity in the error text) is not the default H100 of "
