@@ -58,6 +58,9 @@ SETUP_OPTIONS: tuple[tuple[str, Any, str, str], ...] = (
     ("script_keeps_graph", _B, "--script-keeps-graph", "with --loop script: the previous micro-batch's graph (logits, "
                                                        "bitsandbytes<0.43.2 ctx tensors) lives through the next forward "
                                                        "(litgpt's fit loop)"),
+    ("accelerate_autocast", _B, "--accelerate-autocast", "with --precision bf16: the forward runs under accelerate's "
+                                                          "autocast (HF Trainer bf16=True over bf16 weights): fp32 "
+                                                          "loss, fp32 copy of the logits"),
     ("loss", _S, "--loss", "hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) | "
                            "fused-ce (flash-attn cross-entropy on 16-bit logits; llm-foundry) | cce (Apple's Cut "
                            "Cross-Entropy, no logits; axolotl) | unsloth (unsloth's fast_cross_entropy_loss: 16-bit "

@@ -31,6 +31,10 @@ loop               trainer         trainer: the model output is dropped before b
                                    torchtitan, Megatron); script: ``outputs`` is kept through backward
 script_keeps_graph False          with loop script: the loop's variable (litgpt ``logits = model(...)``) keeps the previous
                                    micro-batch's graph (its logits, custom Functions' ctx tensors) through the next forward
+accelerate_autocast False         with precision bf16 (torch engine): the forward runs under accelerate's native AMP over the
+                                   16-bit weights (HF Trainer ``bf16=True``: ``torch.autocast(bfloat16)`` and
+                                   ``convert_outputs_to_fp32``): fp32-list ops (the loss) compute in fp32, the logits
+                                   come back as an fp32 copy
 loss               hf              hf (upcast cross-entropy) | chunked (torchtune/litgpt) | fused-linear (Liger) |
                                    fused-ce (flash-attn's cross-entropy kernel on the 16-bit logits, llm-foundry) |
                                    cce (Apple's Cut Cross-Entropy: no logits materialised; axolotl's plugin) |
@@ -165,6 +169,10 @@ class TrainingSetup(BaseModel):
     attn: Attn = "sdpa"
     loop: Loop = "trainer"
     script_keeps_graph: bool = False
+    accelerate_autocast: bool = False
+    """With ``precision`` bf16 on the torch engine: accelerate's ``Accelerator.prepare_model`` with mixed_precision
+    bf16 (HF Trainer ``bf16=True``) over 16-bit weights: ``model.forward = convert_outputs_to_fp32(autocast(forward))``
+    (accelerate v0.25.0 src/accelerate/accelerator.py ``prepare_model``; utils/operations.py ``convert_to_fp32``)."""
     """With ``loop`` script: the loop rebinds its output variable only when the next forward returns (litgpt
     finetune/lora.py ``fit``: ``logits = model(input_ids, lm_head_chunk_size=128)``), so the previous micro-batch's
     autograd graph lives through the next forward. Backward released what its nodes saved with
@@ -506,6 +514,9 @@ class TrainingSetup(BaseModel):
         if self.loss != "hf" and self.loss_parallel:
             raise ValueError(f"--loss {self.loss} with tensor parallelism: the logits are vocab-parallel "
                              "(loss parallel); use --loss hf, or --no-loss-parallel")
+        if self.accelerate_autocast and (p != "bf16" or e != "torch"):
+            raise ValueError("--accelerate-autocast models 16-bit weights under accelerate's autocast: "
+                             "needs --precision bf16 and --engine torch")
         if self.script_keeps_graph and (self.loop != "script" or self.pp > 1):
             raise ValueError("--script-keeps-graph needs --loop script and no pipeline parallelism")
         if self.loop == "script" and e == "megatron":

@@ -18,7 +18,7 @@ from trainmem.memory.layers.base import compute_bytes, is_amp, residual_bytes
 from trainmem.model.spec import ModelSpec
 from trainmem.setup import TrainingSetup
 
-__all__ = ["LossBuffers", "loss_buffers", "liger_chunk_rows", "fused_ce_buffers", "unshifted_16bit_ce_buffers",
+__all__ = ["LossBuffers", "loss_buffers", "accelerate_logits_fp32_copy_bytes", "unshifted_autocast_ce_buffers", "liger_chunk_rows", "fused_ce_buffers", "unshifted_16bit_ce_buffers",
            "cut_cross_entropy_buffers", "unsloth_ce_buffers"]
 
 
@@ -53,10 +53,45 @@ class LossBuffers:
     grad_in_place: bool = False
     """The loss backward writes the logits' gradient into the saved logits (unsloth's fast_cross_entropy_loss,
     memory/unsloth.py): the logits' storage becomes the gradient, no second b·s·V buffer."""
+    output_fp32_copy_bytes: int = 0
+    """accelerate's ``convert_outputs_to_fp32`` (``--accelerate-autocast``): the fp32 copy of the 16-bit logits made
+    when the wrapped forward returns, the 16-bit logits then dropped with the inner output
+    (:func:`accelerate_logits_fp32_copy_bytes`)."""
 
 
 def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     """Bytes of the logits/loss buffers for one micro-batch on the last stage."""
+    lb = _loss_buffers(spec, setup)
+    if not setup.accelerate_autocast:
+        return lb
+    from dataclasses import replace
+    T = setup.micro_batch * setup.seq_len // setup.cp
+    return replace(lb, output_fp32_copy_bytes=accelerate_logits_fp32_copy_bytes(T * spec.output_size,
+                                                                               compute_bytes(setup)))
+
+
+def accelerate_logits_fp32_copy_bytes(n: int, logit_bytes: int) -> int:
+    """The fp32 copy of n 16-bit logits that accelerate makes of the model's output: ``Accelerator.prepare_model``
+    with native AMP sets ``model.forward = convert_outputs_to_fp32(autocast_context(forward))`` (accelerate v0.25.0
+    src/accelerate/accelerator.py; HF Trainer ``bf16=True`` prepares the model so), and ``convert_to_fp32``
+    (utils/operations.py) calls ``tensor.float()`` on every fp16/bf16 tensor of the output (the logits; the loss is
+    already fp32 under autocast: nll_loss is an fp32-list op). 4 B per element beside the 16-bit logits while it
+    copies; 0 for logits already in fp32."""
+    return 4 * n if logit_bytes == 2 else 0
+
+
+def unshifted_autocast_ce_buffers(n: int, c: int) -> LossBuffers:
+    """Qwen1's own loss (as :func:`unshifted_16bit_ce_buffers`: ``shift_logits = lm_logits[..., :-1,
+    :].contiguous()``, ``CrossEntropyLoss()``) under autocast over 16-bit weights (``--accelerate-autocast``):
+    log_softmax is an fp32-list op (torch aten/src/ATen/autocast_mode.cpp, fp32 list; nll_loss too), so its input
+    is cast to fp32 (4·n, alive only in the loss forward, on top of the 16-bit shifted copy c·n, a local of the
+    forward), its fp32 output is kept (4·n), and at the backward nll_loss's and log_softmax's gradients are fp32
+    (4·n each, alive together); the cast's backward then the slice's give the 16-bit gradient of the logits (c·n)."""
+    return LossBuffers(logits_bytes=c * n, kept_bytes=4 * n, forward_transient_bytes=c * n + 4 * n,
+                       backward_transient_bytes=8 * n, grad_logits_bytes=c * n, backward_transient_tensors=2)
+
+
+def _loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     T = setup.micro_batch * setup.seq_len // setup.cp
     # (a classification head: num_labels logits per position, computed on every position and pooled)
     V = spec.output_size // setup.tp if setup.loss_parallel else spec.output_size
@@ -65,18 +100,20 @@ def loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
     if setup.engine == "megatron":
         return LossBuffers(logits_bytes=c * n, kept_bytes=4 * n, forward_transient_bytes=0,
                            backward_transient_bytes=0, grad_logits_bytes=c * n if c == 2 else 0)
-    if spec.is_encoder and c == 2 and not is_amp(setup):
+    if spec.is_encoder and c == 2 and not is_amp(setup) and not setup.accelerate_autocast:
         # *ForMaskedLM calls CrossEntropyLoss on the logits as they are (no fp32 upcast): in pure
         # 16-bit, log_softmax keeps a 16-bit output and its backward makes 16-bit gradients
         return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=0,
                            backward_transient_bytes=2 * c * n, grad_logits_bytes=0, backward_transient_tensors=2)
     if not spec.logits_upcast and setup.loss == "hf" and c == 2 and not is_amp(setup) and not setup.loss_parallel:
+        if setup.accelerate_autocast:
+            return unshifted_autocast_ce_buffers(n, c)
         return unshifted_16bit_ce_buffers(n, c)
     if setup.loss_parallel:
         return _sp_final_norm_shard(spec, setup, _dtensor_loss_parallel(spec, setup, n, c))
     if setup.compile and not setup.no_compile_loss and setup.loss in ("hf", "chunked"):  # (memory/compile.py)
         from trainmem.memory.compile import compiled_loss_buffers
-        eager = _chunked(spec, setup, n, c) if setup.loss == "chunked" else loss_buffers(
+        eager = _chunked(spec, setup, n, c) if setup.loss == "chunked" else _loss_buffers(
             spec, setup.model_copy(update={"compile": False}))
         return compiled_loss_buffers(eager, setup, T, V)
     if setup.loss == "chunked":

@@ -203,6 +203,12 @@ class StepWalk:
         tl.alloc(f"losskept{mb}", "activations", loss.kept_bytes)
         frame = 0 if head_adapter_keeps_input(self.spec, s) else lora_head_frame_bytes(self.spec, s)
         tl.spike(f"upcast{mb}", "activations", loss.forward_transient_bytes + frame)
+        if loss.output_fp32_copy_bytes:
+            # accelerate's convert_outputs_to_fp32 (memory/loss.py): the fp32 copy is made beside the 16-bit
+            # logits, which die with the inner output; the copy is the output the loop holds from here
+            tl.alloc(f"logits32{mb}", "activations", loss.output_fp32_copy_bytes)
+            tl.free(f"logits{mb}")
+            tl.rename(f"logits32{mb}", f"logits{mb}")
         if s.loop == "trainer" and not loss.logits_saved:
             # HF Trainer's compute_loss returns the loss only (torchtitan: ``del pred``; Megatron returns
             # the loss): the model output dies here; the loss graph keeps no reference to the logits

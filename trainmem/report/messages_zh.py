@@ -342,6 +342,8 @@ EXACT: dict[str, str] = {
     "QLoRA (bitsandbytes) under FSDP: only the packed 4-bit data is a parameter (sharded, all-gathered); each rank "
     "keeps the whole quant state (absmax)":
         "FSDP 下的 QLoRA（bitsandbytes）：只有打包的 4 位数据是参数（切分、all-gather）；每个 rank 都保留完整的量化状态（absmax）",
+    "--accelerate-autocast models 16-bit weights under accelerate's autocast: needs --precision bf16 and --engine torch":
+        "--accelerate-autocast 模拟 accelerate autocast 下的 16 位权重：需要 --precision bf16 和 --engine torch",
     "--script-keeps-graph needs --loop script and no pipeline parallelism":
         "--script-keeps-graph 需要 --loop script，且不能用流水线并行",
     "--loop script: Megatron's schedule returns the loss, never the logits; use --loop trainer":

@@ -383,6 +383,8 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
         scaler = _NoSkipGradScaler("cpu") if (setup.precision == "amp-fp16" and not fsdp) else None
         # (tp without fully_shard: torchtitan's maybe_enable_amp disables mixed precision, fp32 compute)
         amp_dtype = _AMP_DTYPE.get(setup.precision) if not (fsdp or tp) else None
+        if setup.accelerate_autocast:
+            amp_dtype = _accelerate_native_amp(model)
         stack.enter_context(_module_hooks(model, spec.architecture, tracker))
         if setup.recompute == "full":
             _wrap_checkpointing(model, tracker, [x for x in (m.dropout, m.sdpa, m.amp, m.cp) if x is not None])
@@ -450,6 +452,18 @@ def _trace_stage(spec: "ModelSpec", setup: "TrainingSetup", stage: int, *, progr
         return _stage_result(tracker, model, params, opt, Roles(grads=grad_keys), host, fsdp=fsdp,
                              window=(origin, start, end), static=(static, static_after), emulations=emulations,
                              notes=notes, t0=t0)
+
+
+def _accelerate_native_amp(model: nn.Module) -> torch.dtype:
+    """``--accelerate-autocast``: accelerate's own ``convert_outputs_to_fp32`` around the model's forward, as
+    ``Accelerator.prepare_model`` sets it with native AMP (accelerate src/accelerate/accelerator.py, v0.25.0 to
+    1.x: ``MethodType(convert_outputs_to_fp32(forward.__func__), model)`` over the autocast-wrapped forward); the
+    autocast itself is the step's (its casts do not touch ``.float()``). Returns the autocast dtype, bfloat16."""
+    from types import MethodType
+
+    from accelerate.utils import convert_outputs_to_fp32  # (a dependency of peft, trace's extra)
+    model.forward = MethodType(convert_outputs_to_fp32(model.forward.__func__), model)
+    return torch.bfloat16
 
 
 def _run_notes(spec: "ModelSpec", setup: "TrainingSetup", m: _Modes, *, emulate: bool, amp: bool, scaler: bool,
