@@ -105,9 +105,9 @@ def _loss_buffers(spec: ModelSpec, setup: TrainingSetup) -> LossBuffers:
         # 16-bit, log_softmax keeps a 16-bit output and its backward makes 16-bit gradients
         return LossBuffers(logits_bytes=c * n, kept_bytes=c * n, forward_transient_bytes=0,
                            backward_transient_bytes=2 * c * n, grad_logits_bytes=0, backward_transient_tensors=2)
+    if not spec.logits_upcast and setup.loss == "hf" and c == 2 and setup.accelerate_autocast and not setup.loss_parallel:
+        return unshifted_autocast_ce_buffers(n, c)
     if not spec.logits_upcast and setup.loss == "hf" and c == 2 and not is_amp(setup) and not setup.loss_parallel:
-        if setup.accelerate_autocast:
-            return unshifted_autocast_ce_buffers(n, c)
         return unshifted_16bit_ce_buffers(n, c)
     if setup.loss_parallel:
         return _sp_final_norm_shard(spec, setup, _dtensor_loss_parallel(spec, setup, n, c))

@@ -88,7 +88,11 @@ def torch_cp(setup: TrainingSetup) -> bool:
 
 
 def is_amp(setup: TrainingSetup) -> bool:
-    """torch.autocast over fp32 parameters (casts at every matmul)."""
+    """torch.autocast over fp32 parameters (casts at every matmul). With LoRA the amp recipes already load the
+    frozen base in 16 bits (trace/lora.py), so ``--accelerate-autocast`` on a bf16 LoRA setup is the same step:
+    autocast over a 16-bit base and fp32 adapters (peft casts x to the adapters' dtype, autocast casts back)."""
+    if setup.accelerate_autocast and setup.is_lora:
+        return True
     return setup.precision in ("amp-bf16", "amp-fp16") and not _fsdp2_mixed(setup) and not tp_only_fp32(setup)
 
 
